@@ -1,0 +1,68 @@
+# ptrack: block-level change tracking for PostgreSQL, built with PGXS.
+#
+#   make                 build against $(PG_CONFIG) (default: the patched server, see below)
+#   make install         install into that server
+#   make check-all       everything the README's test command runs (builds what it needs)
+#   make unittest        GoogleTest unit tests of the engine (no server needed)
+#   make -s pg-prefix    print the install prefix of the patched server
+#
+# The hooks this extension uses exist only in a server built with
+# patches/pg15-ptrack-hooks.patch; scripts/build-postgres.sh builds one into
+# a cache outside the repository.  PG_CONFIG selects another server built
+# with the same patch.
+
+PATCHED_PREFIX := $(shell scripts/build-postgres.sh --print-prefix)
+PG_CONFIG ?= $(PATCHED_PREFIX)/bin/pg_config
+
+MODULE_big = ptrack
+EXTENSION = ptrack
+DATA = ptrack--2.0.sql ptrack--2.0--2.1.sql
+PGFILEDESC = "ptrack - block-level change tracking"
+
+ENGINE_SRCS = $(wildcard src/engine/*.cpp)
+PG_SRCS = $(wildcard src/pg/*.cpp)
+OBJS = $(ENGINE_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
+
+PG_CPPFLAGS = -I$(CURDIR)/include
+PG_CXXFLAGS = -std=c++17 -fno-rtti -Wall -Wextra -Wno-missing-field-initializers -Wno-register -Wno-unused-parameter
+SHLIB_LINK = -lstdc++
+
+REGRESS = ptrack_api ptrack_update ptrack_relocate ptrack_errors
+REGRESS_OPTS = --temp-instance=$(CURDIR)/tmp_check_regress --temp-config=$(CURDIR)/t/regress.conf
+TAP_TESTS = 1
+
+EXTRA_CLEAN = t/unit/engine_tests tmp_check tmp_check_regress tmp_check_regress_off \
+	results regression.diffs regression.out
+
+# No LLVM bitcode: the extension is C++ and the patched server is built without LLVM.
+override with_llvm = no
+
+ifneq ($(filter pg-prefix,$(MAKECMDGOALS)),pg-prefix)
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+endif
+
+.PHONY: pg-prefix patched-server unittest check-all installcheck-off
+
+pg-prefix:
+	@echo $(PATCHED_PREFIX)
+
+patched-server:
+	scripts/build-postgres.sh >/dev/null
+
+t/unit/engine_tests: $(ENGINE_SRCS) $(wildcard t/unit/*.cpp) $(wildcard include/ptrack/*.h)
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Iinclude $(wildcard t/unit/*.cpp) $(ENGINE_SRCS) \
+		-lgtest -lgtest_main -pthread -o $@
+
+unittest: t/unit/engine_tests
+	t/unit/engine_tests
+
+# pg_regress with tracking off: the functions must refuse with the documented errors.
+installcheck-off:
+	$(pg_regress_installcheck) --temp-instance=$(CURDIR)/tmp_check_regress_off \
+		--temp-config=$(CURDIR)/t/regress_off.conf ptrack_off
+
+check-all: unittest
+	$(MAKE) install
+	$(MAKE) installcheck
+	$(MAKE) installcheck-off

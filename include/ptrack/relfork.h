@@ -1,0 +1,37 @@
+/*
+ * ptrack/relfork.h -- the vocabulary shared by every engine file: LSNs, block
+ * numbers, fork numbers and the identity of a relation fork, with the same
+ * meaning and numbering as in PostgreSQL (src/include/storage/relfilenode.h,
+ * src/include/common/relpath.h), but without PostgreSQL headers.
+ */
+#ifndef PTRACK_RELFORK_H
+#define PTRACK_RELFORK_H
+
+#include <cstdint>
+
+namespace ptrack {
+
+using Lsn = uint64_t;         /* a WAL position in bytes, as PostgreSQL's XLogRecPtr */
+using BlockNumber = uint32_t; /* block number within a relation fork (not a segment) */
+
+/* Fork numbers, as PostgreSQL's ForkNumber (src/include/common/relpath.h). */
+enum Fork : uint8_t { kMainFork = 0, kFsmFork = 1, kVisibilityMapFork = 2, kInitFork = 3 };
+constexpr uint8_t kMaxFork = kInitFork;
+
+/* One relation fork: PostgreSQL's RelFileNode plus the fork number. */
+struct RelFork {
+    uint32_t spc_oid;     /* tablespace OID (1663 pg_default, 1664 pg_global) */
+    uint32_t db_oid;      /* database OID, 0 for shared relations */
+    uint32_t relfilenode; /* relfilenode, the file name's number */
+    uint8_t fork;         /* ForkNumber */
+};
+
+inline bool operator==(const RelFork& a, const RelFork& b) noexcept
+{
+    return a.spc_oid == b.spc_oid && a.db_oid == b.db_oid && a.relfilenode == b.relfilenode &&
+           a.fork == b.fork;
+}
+
+}  // namespace ptrack
+
+#endif

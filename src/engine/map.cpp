@@ -1,0 +1,67 @@
+/*
+ * map.cpp -- map geometry and the read side of the change map.
+ *
+ * The write side (Map::mark) is inline in ptrack/map.h because it runs on
+ * every block write; this file holds what runs once per map or once per
+ * segment file: sizing the region and turning slots into a page bitmap.
+ */
+#include "ptrack/map.h"
+
+#include <cstring>
+
+namespace ptrack {
+
+MapGeometry MapGeometry::for_bytes(uint64_t bytes, uint32_t blocks_per_segment,
+                                   uint32_t lsn_granule_shift) noexcept
+{
+    MapGeometry g{};
+    g.blocks_per_segment = blocks_per_segment;
+    g.lsn_granule_shift = lsn_granule_shift;
+    /* Below 64 KB the map is useless; a segment must hold whole 8-block groups. */
+    if (bytes < 64 * 1024 || blocks_per_segment == 0 || blocks_per_segment % kSlotsPerLine != 0 ||
+        lsn_granule_shift > 32)
+        return g;
+    /* 1/64 of the map, whole lines, for the summary: one slot per 512 block slots. */
+    const uint64_t summary_bytes = (bytes / 64) / kLineBytes * kLineBytes;
+    g.summary_count = summary_bytes / sizeof(uint64_t);
+    g.line_count = (bytes - summary_bytes) / kLineBytes;
+    return g;
+}
+
+Map::Map(void* region, const MapGeometry& geometry) noexcept
+    : geometry_(geometry),
+      summary_(static_cast<uint64_t*>(region)),
+      slots_(static_cast<uint64_t*>(region) + geometry.summary_count)
+{
+}
+
+void Map::clear() noexcept
+{
+    std::memset(region(), 0, geometry_.region_bytes());
+}
+
+uint32_t Map::segment_pagemap(const RelFork& rel, uint32_t segno, uint32_t nblocks, Lsn since,
+                              uint8_t* pagemap, bool use_summary) const noexcept
+{
+    std::memset(pagemap, 0, (static_cast<size_t>(nblocks) + 7) / 8);
+    if (nblocks == 0 || (use_summary && !segment_may_have_changed(rel, segno, since)))
+        return 0;
+
+    /* blocks_per_segment is a multiple of 8, so a byte of the bitmap is one slot group. */
+    const BlockNumber first_block = segno * geometry_.blocks_per_segment;
+    uint32_t count = 0;
+    for (uint32_t b = 0; b < nblocks; b += kSlotsPerLine) {
+        const SlotPair lines = slots_of(rel, first_block + b); /* slot 0 of both lines */
+        const uint32_t in_group = nblocks - b < kSlotsPerLine ? nblocks - b : kSlotsPerLine;
+        unsigned bits = 0;
+        for (uint32_t j = 0; j < in_group; ++j) {
+            if (load_lsn(&slots_[lines.first + j]) >= since && load_lsn(&slots_[lines.second + j]) >= since)
+                bits |= 1u << j;
+        }
+        pagemap[b / 8] = static_cast<uint8_t>(bits);
+        count += static_cast<uint32_t>(__builtin_popcount(bits));
+    }
+    return count;
+}
+
+}  // namespace ptrack

@@ -1,0 +1,169 @@
+/*
+ * ptrack.cpp -- module entry point: GUCs, shared memory, hook installation.
+ *
+ * Tracking must see every write from the moment the server starts, so the
+ * map lives in shared memory created by the postmaster: the module only
+ * works from shared_preload_libraries.  Loaded any other way (CREATE
+ * EXTENSION in a server without it preloaded), it defines nothing and the SQL
+ * functions explain how to enable it.
+ *
+ * PostgreSQL 15 requires shared memory to be requested from
+ * shmem_request_hook (src/backend/utils/init/miscinit.c) and initialised from
+ * shmem_startup_hook under AddinShmemInitLock.
+ */
+extern "C" {
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "access/xlogrecovery.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/guc.h"
+
+PG_MODULE_MAGIC;
+
+void _PG_init(void);
+}
+
+#include "capture.h"
+#include "shared_state.h"
+
+namespace ptrack::pg {
+
+SharedState* shared = nullptr;
+Map map;
+bool preloaded = false;
+int map_size_mb = 0;
+bool use_segment_summary = true;
+
+namespace {
+
+/* 1 TB: far beyond any sensible map, but not limited by 32-bit arithmetic. */
+constexpr int kMaxMapSizeMb = 1024 * 1024;
+
+shmem_request_hook_type prev_shmem_request_hook = nullptr;
+shmem_startup_hook_type prev_shmem_startup_hook = nullptr;
+
+MapGeometry configured_geometry()
+{
+    return MapGeometry::for_bytes(static_cast<uint64_t>(map_size_mb) * 1024 * 1024, RELSEG_SIZE);
+}
+
+Size shared_state_bytes(const MapGeometry& geometry)
+{
+    /* The header padded to a cache line, the region, and slack to align the start. */
+    const Size header = (sizeof(SharedState) + kLineBytes - 1) / kLineBytes * kLineBytes;
+    return header + geometry.region_bytes() + kLineBytes;
+}
+
+void* region_of(SharedState* state)
+{
+    const uintptr_t header_end = reinterpret_cast<uintptr_t>(state) + sizeof(SharedState);
+    return reinterpret_cast<void*>((header_end + kLineBytes - 1) / kLineBytes * kLineBytes);
+}
+
+void ptrack_shmem_request()
+{
+    if (prev_shmem_request_hook)
+        prev_shmem_request_hook();
+    if (map_size_mb > 0)
+        RequestAddinShmemSpace(shared_state_bytes(configured_geometry()));
+}
+
+void ptrack_shmem_startup()
+{
+    if (prev_shmem_startup_hook)
+        prev_shmem_startup_hook();
+    if (map_size_mb == 0)
+        return;
+
+    const MapGeometry geometry = configured_geometry();
+    bool found = false;
+    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    auto* state = static_cast<SharedState*>(ShmemInitStruct("ptrack", shared_state_bytes(geometry), &found));
+    if (!found) {
+        state->init_lsn = 0;
+        state->geometry = geometry;
+        Map(region_of(state), geometry).clear();
+    }
+    LWLockRelease(AddinShmemInitLock);
+
+    map = Map(region_of(state), state->geometry);
+    shared = state;
+}
+
+}  // namespace
+
+Lsn current_mark_lsn() noexcept
+{
+    /*
+     * During recovery the insert position is not yet meaningful; the replay
+     * position of the record being applied (set before its redo runs, see
+     * ApplyWalRecord() in xlogrecovery.c) bounds every change replayed so far.
+     * Recovery can end between the two calls, hence the max.
+     */
+    if (RecoveryInProgress())
+        return Max(GetCurrentReplayRecPtr(NULL), GetXLogInsertRecPtr());
+    return GetXLogInsertRecPtr();
+}
+
+Lsn init_lsn() noexcept
+{
+    uint64_t lsn = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
+    if (lsn != 0)
+        return lsn;
+    uint64_t expected = 0;
+    const uint64_t now = Max(current_mark_lsn(), Lsn{1});
+    if (__atomic_compare_exchange_n(&shared->init_lsn, &expected, now, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        return now;
+    return expected; /* another process established it first */
+}
+
+void require_tracking()
+{
+    if (!preloaded)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("ptrack is not loaded through shared_preload_libraries"),
+                        errhint("Add ptrack to shared_preload_libraries, set ptrack.map_size and restart "
+                                "the server.")));
+    if (shared == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("ptrack change tracking is disabled"),
+                        errhint("Set ptrack.map_size to a size in MB greater than 0 and restart the "
+                                "server.")));
+}
+
+}  // namespace ptrack::pg
+
+using namespace ptrack::pg;
+
+void _PG_init(void)
+{
+    if (!process_shared_preload_libraries_in_progress)
+        return;
+
+    DefineCustomIntVariable("ptrack.map_size",
+                            "Size of the ptrack change map in shared memory.",
+                            "0 disables change tracking. About 1/1000 of the database size keeps false "
+                            "positives under 1%.",
+                            &map_size_mb, 0, 0, kMaxMapSizeMb, PGC_POSTMASTER, GUC_UNIT_MB, NULL, NULL,
+                            NULL);
+    DefineCustomBoolVariable("ptrack.use_segment_summary",
+                             "Lets ptrack_get_pagemapset skip unchanged segments (developer option).",
+                             "Turning it off makes every block of every file be probed; for benchmarks.",
+                             &use_segment_summary, true, PGC_SUSET, GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
+    MarkGUCPrefixReserved("ptrack");
+    preloaded = true;
+
+    prev_shmem_request_hook = shmem_request_hook;
+    shmem_request_hook = ptrack_shmem_request;
+    prev_shmem_startup_hook = shmem_startup_hook;
+    shmem_startup_hook = ptrack_shmem_startup;
+
+    if (map_size_mb > 0)
+        install_capture_hooks();
+}

@@ -1,0 +1,54 @@
+/*
+ * shared_state.h -- the process-wide view of ptrack's shared memory.
+ *
+ * src/pg/ptrack.cpp creates the shared state at postmaster start and every
+ * backend inherits these globals.  When tracking is off (ptrack.map_size = 0)
+ * or the library was not loaded through shared_preload_libraries, `map` is
+ * not attached and capture does nothing; the SQL functions raise an error
+ * (require_tracking()).
+ */
+#ifndef PTRACK_PG_SHARED_STATE_H
+#define PTRACK_PG_SHARED_STATE_H
+
+#include "ptrack/map.h"
+
+/*
+ * The two halves of an LSN for a "%X/%X" format.  PostgreSQL's
+ * LSN_FORMAT_ARGS relies on __builtin_types_compatible_p, which C++ lacks.
+ */
+#define PTRACK_LSN_ARGS(lsn) static_cast<uint32_t>((lsn) >> 32), static_cast<uint32_t>(lsn)
+
+namespace ptrack::pg {
+
+/* The header of ptrack's shared memory; the map region follows, 64-byte aligned. */
+struct SharedState {
+    uint64_t init_lsn; /* atomic; LSN from which tracking is complete, 0 until established */
+    MapGeometry geometry;
+};
+
+extern SharedState* shared; /* nullptr when tracking is off */
+extern Map map;             /* attached iff shared != nullptr */
+extern bool preloaded;      /* loaded through shared_preload_libraries */
+extern int map_size_mb;     /* the ptrack.map_size GUC, in MB */
+extern bool use_segment_summary; /* developer GUC ptrack.use_segment_summary */
+
+/*
+ * The LSN every mark made from now on is at least, and that is never smaller
+ * than the LSN of a change already made: the insert position on a primary,
+ * the end of the WAL record being replayed during recovery.
+ */
+Lsn current_mark_lsn() noexcept;
+
+/*
+ * ptrack_init_lsn(): established on first use as current_mark_lsn(), since
+ * the map has recorded every write since this process's postmaster created
+ * it.  Never 0 once returned.  Requires an attached map.
+ */
+Lsn init_lsn() noexcept;
+
+/* Raises an ERROR with a hint unless the map is attached. Call from C-style frames only. */
+void require_tracking();
+
+}  // namespace ptrack::pg
+
+#endif

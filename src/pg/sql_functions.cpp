@@ -1,0 +1,193 @@
+/*
+ * sql_functions.cpp -- the SQL API of DESIGN.md section 5, compatible with
+ * pg_probackup's ptrack mode:
+ *
+ *   ptrack_version()                 text, "major.minor"
+ *   ptrack_init_lsn()                pg_lsn from which tracking is complete
+ *   ptrack_get_pagemapset(start_lsn) (path, pagecount, pagemap) per changed segment file
+ *   ptrack_get_change_stat(start_lsn) (files, pages, "size, MB")
+ *
+ * Each function checks its arguments and the tracking state first and raises
+ * a clear ERROR with a hint, before reading anything.
+ *
+ * The boundary with C++: everything called from here into the engine is
+ * noexcept (asserted at compile time below), and these frames own no objects
+ * with destructors, so neither a C++ exception nor a PostgreSQL longjmp can
+ * cross the other's frames.
+ */
+extern "C" {
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/numeric.h"
+#include "utils/pg_lsn.h"
+#include "utils/tuplestore.h"
+
+PG_FUNCTION_INFO_V1(ptrack_version);
+PG_FUNCTION_INFO_V1(ptrack_init_lsn);
+PG_FUNCTION_INFO_V1(ptrack_get_pagemapset);
+PG_FUNCTION_INFO_V1(ptrack_get_change_stat);
+}
+
+#include "datadir_walk.h"
+#include "ptrack/pagemap.h"
+#include "shared_state.h"
+
+#define PTRACK_VERSION "2.1"
+
+namespace ptrack::pg {
+
+namespace {
+
+static_assert(noexcept(map.segment_pagemap(RelFork{}, 0, 0, 0, nullptr, true)), "engine must not throw");
+static_assert(noexcept(pagemap_set_all(nullptr, 0)), "engine must not throw");
+static_assert(noexcept(pagemap_trimmed_length(nullptr, 0)), "engine must not throw");
+
+/* The start_lsn argument: not NULL, not older than ptrack_init_lsn(). */
+Lsn checked_start_lsn(FunctionCallInfo fcinfo)
+{
+    require_tracking();
+    if (PG_ARGISNULL(0))
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("start_lsn must not be NULL"),
+                        errhint("Pass the start LSN of the previous backup.")));
+    const Lsn start = PG_GETARG_LSN(0);
+    const Lsn init = init_lsn();
+    if (start < init)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("start_lsn %X/%X is older than ptrack_init_lsn() %X/%X", PTRACK_LSN_ARGS(start),
+                               PTRACK_LSN_ARGS(init)),
+                        errdetail("Changes made before %X/%X were not tracked.", PTRACK_LSN_ARGS(init)),
+                        errhint("Take a full backup.")));
+    return start;
+}
+
+/* Shared by both set-returning walks: what changed in one file. */
+struct PagemapScan {
+    Lsn since;
+    uint8_t* pagemap; /* RELSEG_SIZE / 8 bytes */
+    Tuplestorestate* tuplestore;
+    TupleDesc tupdesc;
+    int64 files;
+    int64 pages;
+};
+
+/*
+ * Fills state->pagemap for one file; returns the number of changed blocks.
+ * Unlogged relations are not backed up (only their init fork), and FSM forks
+ * are not WAL-logged, so every FSM block is listed (DESIGN.md section 1).
+ */
+uint32_t file_changes(const RelationFile* file, PagemapScan* state)
+{
+    if (file->unlogged)
+        return 0;
+    uint64_t nblocks = (file->size_bytes + BLCKSZ - 1) / BLCKSZ;
+    if (nblocks > RELSEG_SIZE)
+        nblocks = RELSEG_SIZE; /* a segment file never holds more; be safe on odd sizes */
+    const auto n = static_cast<uint32_t>(nblocks);
+    if (file->segment.rel.fork == kFsmFork)
+        return pagemap_set_all(state->pagemap, n);
+    return map.segment_pagemap(file->segment.rel, file->segment.segno, n, state->since, state->pagemap,
+                               use_segment_summary);
+}
+
+void emit_pagemap_row(const RelationFile* file, void* arg)
+{
+    auto* state = static_cast<PagemapScan*>(arg);
+    const uint32_t count = file_changes(file, state);
+    if (count == 0)
+        return;
+    const size_t bytes = pagemap_trimmed_length(state->pagemap, pagemap_bytes(RELSEG_SIZE));
+    bytea* pagemap = static_cast<bytea*>(palloc(VARHDRSZ + bytes));
+    SET_VARSIZE(pagemap, VARHDRSZ + bytes);
+    memcpy(VARDATA(pagemap), state->pagemap, bytes);
+
+    Datum values[3];
+    bool nulls[3] = {false, false, false};
+    values[0] = CStringGetTextDatum(file->path);
+    values[1] = Int64GetDatum(static_cast<int64>(count));
+    values[2] = PointerGetDatum(pagemap);
+    tuplestore_putvalues(state->tuplestore, state->tupdesc, values, nulls);
+    pfree(DatumGetPointer(values[0]));
+    pfree(pagemap);
+}
+
+void count_changes(const RelationFile* file, void* arg)
+{
+    auto* state = static_cast<PagemapScan*>(arg);
+    const uint32_t count = file_changes(file, state);
+    if (count == 0)
+        return;
+    state->files++;
+    state->pages += count;
+}
+
+void init_scan(PagemapScan* state, Lsn since)
+{
+    state->since = since;
+    state->pagemap = static_cast<uint8_t*>(palloc(pagemap_bytes(RELSEG_SIZE)));
+    state->tuplestore = NULL;
+    state->tupdesc = NULL;
+    state->files = 0;
+    state->pages = 0;
+}
+
+}  // namespace
+
+}  // namespace ptrack::pg
+
+using namespace ptrack::pg;
+
+extern "C" Datum ptrack_version(PG_FUNCTION_ARGS)
+{
+    PG_RETURN_TEXT_P(cstring_to_text(PTRACK_VERSION));
+}
+
+extern "C" Datum ptrack_init_lsn(PG_FUNCTION_ARGS)
+{
+    require_tracking();
+    PG_RETURN_LSN(init_lsn());
+}
+
+extern "C" Datum ptrack_get_pagemapset(PG_FUNCTION_ARGS)
+{
+    const ptrack::Lsn since = checked_start_lsn(fcinfo);
+    InitMaterializedSRF(fcinfo, 0);
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+
+    PagemapScan state;
+    init_scan(&state, since);
+    state.tuplestore = rsinfo->setResult;
+    state.tupdesc = rsinfo->setDesc;
+    walk_data_directory(emit_pagemap_row, &state);
+    pfree(state.pagemap);
+    return (Datum) 0;
+}
+
+extern "C" Datum ptrack_get_change_stat(PG_FUNCTION_ARGS)
+{
+    const ptrack::Lsn since = checked_start_lsn(fcinfo);
+    TupleDesc tupdesc;
+    if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("function returning record called in context that cannot accept type record")));
+    tupdesc = BlessTupleDesc(tupdesc);
+
+    PagemapScan state;
+    init_scan(&state, since);
+    walk_data_directory(count_changes, &state);
+    pfree(state.pagemap);
+
+    /* size in MB = pages * BLCKSZ / 2^20, as an exact numeric */
+    Numeric bytes = int64_to_numeric(state.pages * BLCKSZ);
+    Numeric size_mb = numeric_div_opt_error(bytes, int64_to_numeric(1024 * 1024), NULL);
+
+    Datum values[3];
+    bool nulls[3] = {false, false, false};
+    values[0] = Int64GetDatum(state.files);
+    values[1] = NumericGetDatum(int64_to_numeric(state.pages));
+    values[2] = NumericGetDatum(size_mb);
+    PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
