@@ -67,7 +67,8 @@ Lsn checked_start_lsn(FunctionCallInfo fcinfo)
 /* Shared by both set-returning walks: what changed in one file. */
 struct PagemapScan {
     Lsn since;
-    uint8_t* pagemap; /* RELSEG_SIZE / 8 bytes */
+    uint8_t* pagemap; /* RELSEG_SIZE / 8 bytes; only the current file's bytes are valid */
+    uint32_t nblocks; /* blocks of the current file */
     Tuplestorestate* tuplestore;
     TupleDesc tupdesc;
     int64 files;
@@ -81,12 +82,14 @@ struct PagemapScan {
  */
 uint32_t file_changes(const RelationFile* file, PagemapScan* state)
 {
+    state->nblocks = 0;
     if (file->unlogged)
         return 0;
     uint64_t nblocks = (file->size_bytes + BLCKSZ - 1) / BLCKSZ;
     if (nblocks > RELSEG_SIZE)
         nblocks = RELSEG_SIZE; /* a segment file never holds more; be safe on odd sizes */
     const auto n = static_cast<uint32_t>(nblocks);
+    state->nblocks = n;
     if (file->segment.rel.fork == kFsmFork)
         return pagemap_set_all(state->pagemap, n);
     return map.segment_pagemap(file->segment.rel, file->segment.segno, n, state->since, state->pagemap,
@@ -99,7 +102,7 @@ void emit_pagemap_row(const RelationFile* file, void* arg)
     const uint32_t count = file_changes(file, state);
     if (count == 0)
         return;
-    const size_t bytes = pagemap_trimmed_length(state->pagemap, pagemap_bytes(RELSEG_SIZE));
+    const size_t bytes = pagemap_trimmed_length(state->pagemap, pagemap_bytes(state->nblocks));
     bytea* pagemap = static_cast<bytea*>(palloc(VARHDRSZ + bytes));
     SET_VARSIZE(pagemap, VARHDRSZ + bytes);
     memcpy(VARDATA(pagemap), state->pagemap, bytes);
@@ -128,6 +131,7 @@ void init_scan(PagemapScan* state, Lsn since)
 {
     state->since = since;
     state->pagemap = static_cast<uint8_t*>(palloc(pagemap_bytes(RELSEG_SIZE)));
+    state->nblocks = 0;
     state->tuplestore = NULL;
     state->tupdesc = NULL;
     state->files = 0;

@@ -1,0 +1,10 @@
+-- Library preloaded with ptrack.map_size = 0: tracking is off, functions say so.
+CREATE EXTENSION ptrack;
+SHOW ptrack.map_size;
+SELECT ptrack_version();
+SELECT ptrack_init_lsn();
+SELECT * FROM ptrack_get_pagemapset('0/1');
+SELECT * FROM ptrack_get_change_stat('0/1');
+-- checkpoints are unaffected
+CHECKPOINT;
+DROP EXTENSION ptrack;

@@ -1,0 +1,15 @@
+-- Installing the base version 2.0 and updating: backup tools require >= 2.1.
+CREATE EXTENSION ptrack VERSION '2.0';
+SELECT extversion FROM pg_extension WHERE extname = 'ptrack';
+SELECT count(*) AS change_stat_functions FROM pg_proc WHERE proname = 'ptrack_get_change_stat';
+
+ALTER EXTENSION ptrack UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'ptrack';
+SELECT files >= 0 AS change_stat_works FROM ptrack_get_change_stat(ptrack_init_lsn());
+SELECT has_function_privilege('public', 'ptrack_get_change_stat(pg_lsn)', 'EXECUTE') AS public_can_execute;
+
+-- a plain CREATE EXTENSION installs the default version through the update path
+DROP EXTENSION ptrack;
+CREATE EXTENSION ptrack;
+SELECT extversion >= '2.1' AS at_least_2_1 FROM pg_extension WHERE extname = 'ptrack';
+DROP EXTENSION ptrack;
