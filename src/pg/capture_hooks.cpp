@@ -18,6 +18,7 @@ extern "C" {
 }
 
 #include "capture.h"
+#include "map_persistence.h"
 #include "shared_state.h"
 
 namespace ptrack::pg {
@@ -62,8 +63,8 @@ void ptrack_process_sync_requests()
 {
     if (prev_ProcessSyncRequests_hook)
         prev_ProcessSyncRequests_hook();
-    /* A checkpoint or restartpoint finished its sync phase: tracking is established by now. */
-    (void) init_lsn();
+    /* Every write before this checkpoint's redo LSN is marked by now: save the map. */
+    flush_map();
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ void _PG_init(void);
 }
 
 #include "capture.h"
+#include "map_persistence.h"
 #include "shared_state.h"
 
 namespace ptrack::pg {
@@ -77,8 +78,11 @@ void ptrack_shmem_startup()
 {
     if (prev_shmem_startup_hook)
         prev_shmem_startup_hook();
-    if (map_size_mb == 0)
+    if (map_size_mb == 0) {
+        if (!IsUnderPostmaster)
+            remove_map_files();
         return;
+    }
 
     const MapGeometry geometry = configured_geometry();
     bool found = false;
@@ -87,7 +91,9 @@ void ptrack_shmem_startup()
     if (!found) {
         state->init_lsn = 0;
         state->geometry = geometry;
-        Map(region_of(state), geometry).clear();
+        Map fresh(region_of(state), geometry);
+        fresh.clear();
+        load_map(state, &fresh);
     }
     LWLockRelease(AddinShmemInitLock);
 

@@ -1,0 +1,110 @@
+/*
+ * ptrack/map_file.h -- the on-disk form of the map and the rules for
+ * trusting it at startup (DESIGN.md section 4).
+ *
+ * Layout of $PGDATA/ptrack.map (host byte order, like PostgreSQL's own data
+ * files; the system identifier check rejects a file from another cluster):
+ *
+ *   [0, 512)                 header, ending with the CRC-32C of its bytes
+ *   [512, data_offset)       chunk CRC table: one CRC-32C per chunk, padded to 4 KB
+ *   [data_offset, ...)       the map region (ptrack/map.h), chunk_bytes per chunk,
+ *                            the last chunk possibly shorter
+ *
+ * The region is cut into fixed-size chunks, each with its own CRC, so that a
+ * later flush can rewrite only the chunks that changed and a damaged chunk
+ * can be identified on its own.  Today every flush writes the whole file to
+ * ptrack.map.tmp and renames it over ptrack.map, and any bad CRC rejects the
+ * whole file.
+ *
+ * The file lives at the top of the data directory, outside global/, base/
+ * and pg_tblspc/, so unpatched pg_checksums, pg_basebackup's checksum
+ * verification and pg_rewind never mistake it for a relation file.
+ *
+ * No PostgreSQL dependency: the CRC-32C function is passed in (the server
+ * passes PostgreSQL's own, port/pg_crc32c.h).  Nothing here allocates or throws.
+ */
+#ifndef PTRACK_MAP_FILE_H
+#define PTRACK_MAP_FILE_H
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ptrack/map.h"
+
+namespace ptrack {
+
+constexpr const char* kMapFileName = "ptrack.map";
+constexpr const char* kMapTempFileName = "ptrack.map.tmp";
+constexpr uint32_t kMapFileVersion = 1;
+constexpr size_t kMapFileHeaderBytes = 512;
+constexpr uint32_t kMapFileChunkBytes = 64 * 1024; /* see bench/RESULTS.md, checkpoint cost */
+
+/* Finalised CRC-32C (Castagnoli) of `len` bytes. */
+using Crc32cFn = uint32_t (*)(const void* data, size_t len);
+
+/* Conditions of the run that wrote the file, as flags. */
+enum MapFileFlags : uint32_t {
+    kFlagFullPageWrites = 1u << 0, /* full_page_writes was on at flush */
+    kFlagWalLevelReplica = 1u << 1 /* wal_level was replica or logical at flush */
+};
+
+struct MapFileHeader {
+    uint32_t version;
+    uint64_t system_identifier;     /* pg_control's, to reject another cluster's file */
+    uint32_t data_checksum_version; /* pg_control's; pg_checksums --enable rewrites every block */
+    MapGeometry geometry;
+    uint32_t chunk_bytes;
+    uint32_t flags;          /* MapFileFlags */
+    Lsn init_lsn;            /* ptrack_init_lsn() of the map */
+    Lsn flush_redo_lsn;      /* redo LSN of the checkpoint/restartpoint the map was flushed for */
+    uint32_t timeline;       /* timeline at flush (informational) */
+};
+
+/* Number of chunks of a region, byte offset of the region in the file, file size. */
+uint64_t map_file_chunk_count(const MapGeometry& geometry, uint32_t chunk_bytes) noexcept;
+uint64_t map_file_data_offset(uint64_t chunk_count) noexcept;
+uint64_t map_file_bytes(const MapGeometry& geometry, uint32_t chunk_bytes) noexcept;
+
+/* Bytes of chunk `chunk` of the region (chunk_bytes, or less for the last). */
+uint64_t map_file_chunk_length(const MapGeometry& geometry, uint32_t chunk_bytes, uint64_t chunk) noexcept;
+
+/* Writes `header` into `out` (kMapFileHeaderBytes bytes), magic and CRC included. */
+void map_file_encode_header(const MapFileHeader& header, Crc32cFn crc32c, uint8_t* out) noexcept;
+
+enum class HeaderStatus { kOk, kBadMagic, kBadVersion, kBadCrc, kBadGeometry };
+
+/* Reads a header from `in` (kMapFileHeaderBytes bytes). */
+HeaderStatus map_file_decode_header(const uint8_t* in, Crc32cFn crc32c, MapFileHeader* out) noexcept;
+
+/* A reason fit for a log message, e.g. "its header checksum does not match". */
+const char* describe_header_status(HeaderStatus status) noexcept;
+
+/* What the server knows at startup, from pg_control, the configuration and the data directory. */
+struct StartupFacts {
+    uint64_t system_identifier;
+    uint32_t data_checksum_version;
+    MapGeometry geometry;      /* from ptrack.map_size */
+    Lsn checkpoint_redo;       /* pg_control's latest checkpoint redo LSN */
+    bool backup_label;         /* backup_label present: restored from a backup, or rewound */
+    bool crashed;              /* pg_control says the last run did not shut down cleanly */
+    bool checkpoint_full_page_writes; /* pg_control's latest checkpoint had full_page_writes on */
+    bool checkpoint_wal_level_replica; /* pg_control's wal_level >= replica */
+    bool full_page_writes;     /* configured now */
+    bool wal_level_replica;    /* configured now */
+    uint64_t file_bytes;       /* size of the map file */
+};
+
+/*
+ * Why a stored map with a valid header must not be trusted, or nullptr if it
+ * can be.  The rules of DESIGN.md section 4: same cluster, same geometry and
+ * file size, flushed no earlier than the checkpoint recovery starts from, no
+ * backup_label, same data checksum setting, and after a crash, a run that
+ * kept full_page_writes on and wal_level >= replica (otherwise replay cannot
+ * re-mark pages written after the flush).  The text completes "the map file
+ * is not trusted because ...".
+ */
+const char* map_file_distrust_reason(const MapFileHeader& header, const StartupFacts& facts) noexcept;
+
+}  // namespace ptrack
+
+#endif
