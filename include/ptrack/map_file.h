@@ -12,9 +12,10 @@
  *
  * The region is cut into fixed-size chunks, each with its own CRC, so that a
  * later flush can rewrite only the chunks that changed and a damaged chunk
- * can be identified on its own.  Today every flush writes the whole file to
- * ptrack.map.tmp and renames it over ptrack.map, and any bad CRC rejects the
- * whole file.
+ * can be identified on its own and made conservative (make_chunk_conservative
+ * in ptrack/map_delta.h) instead of discarding the whole map.  A full flush
+ * writes ptrack.map.tmp and renames it over ptrack.map; the flushes in between
+ * append only the changed slots to ptrack.map.delta (ptrack/map_delta.h).
  *
  * The file lives at the top of the data directory, outside global/, base/
  * and pg_tblspc/, so unpatched pg_checksums, pg_basebackup's checksum
@@ -58,6 +59,7 @@ struct MapFileHeader {
     Lsn init_lsn;            /* ptrack_init_lsn() of the map */
     Lsn flush_redo_lsn;      /* redo LSN of the checkpoint/restartpoint the map was flushed for */
     uint32_t timeline;       /* timeline at flush (informational) */
+    uint64_t base_id;        /* identifies this file to the delta batches written against it */
 };
 
 /* Number of chunks of a region, byte offset of the region in the file, file size. */

@@ -31,6 +31,7 @@ enum : size_t {
     kOffInitLsn = 64,
     kOffFlushRedoLsn = 72,
     kOffTimeline = 80,
+    kOffBaseId = 88,
     kOffCrc = kMapFileHeaderBytes - 4
 };
 
@@ -91,6 +92,7 @@ void map_file_encode_header(const MapFileHeader& header, Crc32cFn crc32c, uint8_
     put<uint64_t>(out, kOffInitLsn, header.init_lsn);
     put<uint64_t>(out, kOffFlushRedoLsn, header.flush_redo_lsn);
     put<uint32_t>(out, kOffTimeline, header.timeline);
+    put<uint64_t>(out, kOffBaseId, header.base_id);
     put<uint32_t>(out, kOffCrc, crc32c(out, kOffCrc));
 }
 
@@ -115,6 +117,7 @@ HeaderStatus map_file_decode_header(const uint8_t* in, Crc32cFn crc32c, MapFileH
     h.init_lsn = get<uint64_t>(in, kOffInitLsn);
     h.flush_redo_lsn = get<uint64_t>(in, kOffFlushRedoLsn);
     h.timeline = get<uint32_t>(in, kOffTimeline);
+    h.base_id = get<uint64_t>(in, kOffBaseId);
     if (!h.geometry.valid() || h.chunk_bytes == 0 || h.chunk_bytes % kLineBytes != 0)
         return HeaderStatus::kBadGeometry;
     *out = h;
