@@ -223,9 +223,15 @@ derive_deb_src() {
 					print ""
 				}
 				is_deb = 0; disabled = 0; uris = suites = comps = signed = ""
+				last = ""
 			}
 			/^[[:space:]]*#/ { next }
 			/^[[:space:]]*$/ { flush(); next }
+			# Continuation line (e.g. an inline key under Signed-By:).
+			/^[[:space:]]/ {
+				if (last == "signed-by") signed = signed "\n" $0
+				next
+			}
 			{
 				line = $0
 				field = tolower(line); sub(/:.*/, "", field)
@@ -239,6 +245,7 @@ derive_deb_src() {
 				else if (field == "suites") suites = value
 				else if (field == "components") comps = value
 				else if (field == "signed-by") signed = value
+				last = field
 			}
 			END { flush() }
 		' "$f"
