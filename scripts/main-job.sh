@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Copyright (c) the ptrack authors
+#
+# main-job.sh -- the README's "main job": shows ptrack doing what it is for.
+#
+# Builds what is needed (the patched PostgreSQL 15 via
+# scripts/build-postgres.sh, then this extension into it), and runs
+# scripts/main-job.pl on a throwaway cluster (loopback/Unix socket only, in a
+# temporary directory): pgbench -i -s 10, full backup, a pgbench run,
+# incremental backup through ptrack_get_pagemapset(), restore, verification
+# against the source, and a human-readable summary.  Exits non-zero if the
+# restored cluster differs from the source or amcheck finds corruption.
+#
+# Usage: scripts/main-job.sh [--duration S] [--scale N] [--clients N] [--keep]
+#   --duration S   seconds of pgbench between the two backups (default 60)
+#   --scale N      pgbench scale, at least 10 (default 10)
+#   --clients N    pgbench clients (default 4)
+#   --keep         keep the temporary directory (data directories, backups,
+#                  logs); it is also kept when the job fails
+#
+# PostgreSQL refuses to run as root (initdb, postgres and pg_ctl all check
+# the effective uid; PostgreSQL::Test::Cluster's init bails out on initdb's
+# "cannot be run as root").  So when started as root this script builds and
+# installs as root, then runs the cluster part as the unprivileged user
+# ptrack_test (created if missing, the same user scripts/run-tests.sh uses),
+# with the temporary directory owned by that user and the two Perl files it
+# needs copied into it (the checkout may not be readable by that user).
+set -euo pipefail
+
+usage() { sed -n '/^# Usage:/,/^#   --keep/p' "$0" | sed 's/^# \{0,1\}//' >&2; }
+
+keep=0
+args=()
+while [ $# -gt 0 ]; do
+	case "$1" in
+		--keep) keep=1 ;;
+		--duration|--scale|--clients)
+			[ $# -ge 2 ] || { usage; exit 2; }
+			args+=("$1" "$2"); shift ;;
+		--duration=*|--scale=*|--clients=*) args+=("$1") ;;
+		-h|--help) usage; exit 0 ;;
+		*) echo "main-job: unknown option $1" >&2; usage; exit 2 ;;
+	esac
+	shift
+done
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+if ! perl -MIPC::Run -e 1 2>/dev/null; then
+	if [ "$(id -u)" -eq 0 ]; then
+		apt-get install -y --no-install-recommends libipc-run-perl >&2
+	else
+		echo "main-job: the Perl module IPC::Run is missing (apt-get install libipc-run-perl)" >&2
+		exit 1
+	fi
+fi
+
+echo "main-job: building the patched PostgreSQL 15 (cached after the first run)..." >&2
+prefix=$(scripts/build-postgres.sh | tail -n 1)
+pg_config="$prefix/bin/pg_config"
+echo "main-job: installing ptrack into $prefix" >&2
+if command -v flock >/dev/null 2>&1; then
+	flock /tmp/ptrack-build.lock make -s PG_CONFIG="$pg_config" install >&2
+else
+	make -s PG_CONFIG="$pg_config" install >&2
+fi
+
+pgxs_dir=$(dirname "$(dirname "$("$pg_config" --pgxs)")")
+perl_lib="$pgxs_dir/test/perl"
+pg_regress="$pgxs_dir/test/regress/pg_regress"
+[ -f "$perl_lib/PostgreSQL/Test/Cluster.pm" ] || { echo "main-job: no PostgreSQL::Test::Cluster under $perl_lib" >&2; exit 1; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ptrack-main-job.XXXXXX")
+mkdir -p "$work/lib" "$work/portlock"
+cp scripts/main-job.pl "$work/"
+cp t/lib/PtrackBackup.pm "$work/lib/"
+
+run_as=()
+if [ "$(id -u)" -eq 0 ]; then
+	id ptrack_test >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash ptrack_test
+	chown -R ptrack_test "$work"
+	run_as=(runuser -u ptrack_test --)
+fi
+
+job_env=(PATH="$prefix/bin:$PATH" PERL5LIB="$perl_lib:$work/lib"
+	TESTDIR="$work" TMPDIR="$work" PG_REGRESS="$pg_regress"
+	PG_TEST_PORT_DIR="$work/portlock")
+# PostgreSQL::Test::Cluster removes its data directories at exit unless told.
+[ "$keep" -eq 1 ] && job_env+=(PG_TEST_NOCLEAN=1)
+
+status=0
+(cd "$work" && "${run_as[@]}" env "${job_env[@]}" perl "$work/main-job.pl" "${args[@]}") || status=$?
+
+if [ "$status" -ne 0 ] || [ "$keep" -eq 1 ]; then
+	echo "main-job: kept $work (logs in $work/tmp_check/log)" >&2
+else
+	rm -rf "$work"
+fi
+exit "$status"

@@ -1,0 +1,1063 @@
+# Copyright (c) the ptrack authors
+#
+# PtrackBackup.pm -- a minimal, honest incremental backup tool built on
+# ptrack_get_pagemapset(), for the round-trip test (t/003) and the README's
+# main job (scripts/main-job.pl).  It does what a real tool (pg_probackup's
+# ptrack mode) does, in as few moving parts as possible:
+#
+#   full_backup($node, $dir)                 pg_basebackup + a file listing
+#   incremental_backup($node, $dir, $since, $prev_dir)
+#                                            changed blocks since $since
+#   restore($full_dir, $incr_dir, $target)   full + incremental -> data dir
+#   compare_clusters($src, $dst)             row digests + amcheck
+#
+# The one rule it relies on (DESIGN.md section 1): a relation segment file
+# without a pagemap row, and every block without its bit, is unchanged since
+# $since.  Nothing here second-guesses ptrack (no "copy the tail just in
+# case"): a missed block must show up as a mismatch, not be papered over.
+#
+# Backup layout
+#   full:        $dir/data/           pg_basebackup -Fp -X stream output
+#                $dir/tblspc/<oid>/   each tablespace (--tablespace-mapping)
+#                $dir/manifest        listing: dirs, files + sizes, tablespaces
+#   incremental: $dir/files/<path>    whole files (non-relation files, and
+#                                     relation files new since the previous
+#                                     backup)
+#                $dir/delta/<path>    changed blocks of a relation segment
+#                                     file: records of (uint32 BE block
+#                                     number, 8192-byte page)
+#                $dir/wal/            WAL segments from start to stop LSN
+#                $dir/backup_label, $dir/tablespace_map (pg_backup_stop's)
+#                $dir/manifest        the complete listing of the data
+#                                     directory at backup time: restore
+#                                     deletes everything not listed
+#
+# Manifest lines are tab-separated:
+#   start_lsn <lsn> | since_lsn <lsn> | kind full|incremental
+#   tablespace <oid> <location on the source>
+#   dir <path>
+#   file <size> <how> <path>     how: base (take it from the previous backup,
+#                                cut/extended to <size>), whole, delta
+# Paths are relative to the data directory and go through pg_tblspc/<oid>.
+#
+# WAL: the incremental must carry the WAL from its start LSN to its stop LSN.
+# We copy it from the server's pg_wal after pg_backup_stop() (which switches
+# to a new segment, so the last needed segment is complete), and keep it from
+# being recycled meanwhile with a temporary physical replication slot created
+# with immediately_reserve in the backup session, before pg_backup_start().
+# That works on any cluster with wal_level >= replica and a free slot, needs
+# no archive_mode/archive_command (and no restart to enable them), and cannot
+# lose a segment to a checkpoint however long the copy takes; the slot
+# disappears with the session even if the tool dies.  At restore the WAL goes
+# into pg_wal next to backup_label, so the server replays it as it would a
+# pg_basebackup -X stream backup: no restore_command, no recovery.signal, and
+# it refuses to start ("WAL ends before end of online backup") if any is
+# missing.
+
+package PtrackBackup;
+
+use strict;
+use warnings;
+
+use Carp;
+use Exporter 'import';
+use Fcntl qw(O_RDONLY O_WRONLY O_CREAT O_TRUNC SEEK_SET);
+use File::Basename qw(dirname);
+use File::Path qw(make_path remove_tree);
+use IPC::Run;
+use Time::HiRes ();
+
+our @EXPORT_OK =
+  qw(full_backup incremental_backup restore compare_clusters read_manifest);
+
+use constant BLCKSZ => 8192;
+
+# ---------------------------------------------------------------------------
+# Which entries of a data directory a backup carries (the rules of
+# PostgreSQL's basebackup.c, plus ptrack's own map file).
+# ---------------------------------------------------------------------------
+
+# Directories whose contents are never backed up (the directory itself is).
+my %skip_contents = map { $_ => 1 } qw(pg_wal pg_stat_tmp pg_replslot
+  pg_dynshmem pg_notify pg_serial pg_snapshots pg_subtrans);
+
+# Files in the data directory's root that are never backed up.
+my %skip_root_files = map { $_ => 1 } qw(postmaster.pid postmaster.opts
+  backup_label tablespace_map backup_manifest postgresql.auto.conf.tmp
+  current_logfiles.tmp);
+
+sub _skip_entry
+{
+	my ($parent, $name) = @_;
+	return 1 if $name =~ /^pg_internal\.init/;    # relcache, rebuilt at start
+	return 1 if $name =~ /^pgsql_tmp/;            # temporary files
+	if ($parent eq '')
+	{
+		return 1 if $skip_root_files{$name};
+		# ptrack's own map (and its temp files): never trusted after a
+		# restore anyway (a backup_label makes the server start a fresh map).
+		return 1 if $name =~ /^(?:pg_)?ptrack/;
+	}
+	return 0;
+}
+
+# A directory holding relation files: global/, base/<db>/,
+# pg_tblspc/<spc>/<version>/<db>/.
+sub _is_relation_dir
+{
+	my ($rel) = @_;
+	return $rel eq 'global'
+	  || $rel =~ m{^base/\d+$}
+	  || $rel =~ m{^pg_tblspc/\d+/[^/]+/\d+$};
+}
+
+my $relfile_re = qr/^(\d+)(?:_(fsm|vm|init))?(?:\.(\d+))?$/;
+my $tempfile_re = qr/^t\d+_\d+(?:_(?:fsm|vm|init))?(?:\.\d+)?$/;
+
+# Walks a data directory (following the pg_tblspc/<oid> symlinks only) and
+# returns ({ path => { type => 'dir'|'file', size, relation => 0|1 } },
+# { oid => location }).  Temporary relations and the non-init forks of
+# unlogged relations are left out, as pg_basebackup does; entries that vanish
+# during the walk are skipped.
+sub _scan_datadir
+{
+	my ($root) = @_;
+	my (%entries, %tablespaces);
+
+	my $walk;
+	$walk = sub {
+		my ($rel) = @_;
+		my $abs = $rel eq '' ? $root : "$root/$rel";
+		my $dh;
+		unless (opendir($dh, $abs))
+		{
+			return if $!{ENOENT};
+			croak "could not open directory \"$abs\": $!";
+		}
+		my @names = sort grep { $_ ne '.' && $_ ne '..' } readdir($dh);
+		closedir($dh);
+
+		my $reldir = _is_relation_dir($rel);
+		my %unlogged;
+		if ($reldir)
+		{
+			for (@names) { $unlogged{$1} = 1 if /^(\d+)_init(?:\.\d+)?$/; }
+		}
+
+		for my $name (@names)
+		{
+			next if _skip_entry($rel, $name);
+			my $path = $rel eq '' ? $name : "$rel/$name";
+			my @st = lstat("$root/$path");
+			next unless @st;    # vanished
+			if (-l _)
+			{
+				if ($rel eq 'pg_tblspc' && $name =~ /^\d+$/)
+				{
+					my $target = readlink("$root/$path");
+					next unless defined $target;
+					$tablespaces{$name} = $target;
+					$entries{$path} = { type => 'dir' };
+					$walk->($path);
+				}
+				elsif ($rel eq '' && $name eq 'pg_wal')
+				{
+					$entries{$path} = { type => 'dir' };    # initdb -X
+				}
+				else
+				{
+					croak "unexpected symbolic link \"$root/$path\"";
+				}
+				next;
+			}
+			if (-d _)
+			{
+				$entries{$path} = { type => 'dir' };
+				if ($rel eq '' && $skip_contents{$name})
+				{
+					$entries{'pg_wal/archive_status'} = { type => 'dir' }
+					  if $name eq 'pg_wal';
+					next;
+				}
+				$walk->($path);
+				next;
+			}
+			next unless -f _;
+			my $relation = 0;
+			if ($reldir)
+			{
+				next if $name =~ $tempfile_re;
+				if ($name =~ $relfile_re)
+				{
+					my ($node, $fork) = ($1, $2 // 'main');
+					next if $unlogged{$node} && $fork ne 'init';
+					$relation = 1;
+				}
+			}
+			$entries{$path} =
+			  { type => 'file', size => $st[7], relation => $relation };
+		}
+	};
+	$walk->('');
+	return (\%entries, \%tablespaces);
+}
+
+# ---------------------------------------------------------------------------
+# Manifest
+# ---------------------------------------------------------------------------
+
+sub _write_manifest
+{
+	my ($file, $info) = @_;
+	open(my $fh, '>', "$file.tmp") or croak "could not write $file: $!";
+	print $fh "# ptrack test backup manifest 1\n";
+	for my $k (qw(kind start_lsn stop_lsn since_lsn))
+	{
+		print $fh "$k\t$info->{$k}\n" if defined $info->{$k};
+	}
+	for my $oid (sort keys %{ $info->{tablespaces} })
+	{
+		print $fh "tablespace\t$oid\t$info->{tablespaces}{$oid}\n";
+	}
+	my $files = $info->{files};
+	for my $path (sort keys %$files)
+	{
+		my $e = $files->{$path};
+		croak "path with a tab or newline: $path" if $path =~ /[\t\n]/;
+		if ($e->{type} eq 'dir')
+		{
+			print $fh "dir\t$path\n";
+		}
+		else
+		{
+			print $fh "file\t$e->{size}\t$e->{how}\t$path\n";
+		}
+	}
+	close($fh) or croak "could not write $file: $!";
+	rename("$file.tmp", $file) or croak "could not rename $file: $!";
+	return;
+}
+
+sub read_manifest
+{
+	my ($dir) = @_;
+	my %info = (tablespaces => {}, files => {});
+	open(my $fh, '<', "$dir/manifest")
+	  or croak "could not read $dir/manifest: $!";
+	while (my $line = <$fh>)
+	{
+		chomp $line;
+		next if $line =~ /^#/ || $line eq '';
+		my @f = split /\t/, $line, -1;
+		if ($f[0] eq 'tablespace')
+		{
+			$info{tablespaces}{ $f[1] } = $f[2];
+		}
+		elsif ($f[0] eq 'dir')
+		{
+			$info{files}{ $f[1] } = { type => 'dir' };
+		}
+		elsif ($f[0] eq 'file')
+		{
+			$info{files}{ $f[3] } =
+			  { type => 'file', size => $f[1], how => $f[2] };
+		}
+		else
+		{
+			$info{ $f[0] } = $f[1];
+		}
+	}
+	close($fh);
+	return \%info;
+}
+
+# ---------------------------------------------------------------------------
+# Small file helpers
+# ---------------------------------------------------------------------------
+
+# Copies a file whole; returns the number of bytes copied, or undef if the
+# source vanished.
+sub _copy_file
+{
+	my ($from, $to) = @_;
+	my $in;
+	unless (sysopen($in, $from, O_RDONLY))
+	{
+		return undef if $!{ENOENT};
+		croak "could not open \"$from\": $!";
+	}
+	binmode $in;
+	make_path(dirname($to));
+	sysopen(my $out, $to, O_WRONLY | O_CREAT | O_TRUNC, 0600)
+	  or croak "could not create \"$to\": $!";
+	binmode $out;
+	my $total = 0;
+	while (1)
+	{
+		my $n = sysread($in, my $buf, 1 << 20);
+		croak "could not read \"$from\": $!" unless defined $n;
+		last if $n == 0;
+		my $off = 0;
+		while ($off < $n)
+		{
+			my $w = syswrite($out, $buf, $n - $off, $off);
+			croak "could not write \"$to\": $!" unless defined $w;
+			$off += $w;
+		}
+		$total += $n;
+	}
+	close($out) or croak "could not write \"$to\": $!";
+	close($in);
+	return $total;
+}
+
+sub _write_file
+{
+	my ($file, $content) = @_;
+	make_path(dirname($file));
+	open(my $fh, '>', $file) or croak "could not write \"$file\": $!";
+	binmode $fh;
+	print $fh $content;
+	close($fh) or croak "could not write \"$file\": $!";
+	return;
+}
+
+sub _read_file
+{
+	my ($file) = @_;
+	open(my $fh, '<', $file) or croak "could not read \"$file\": $!";
+	binmode $fh;
+	local $/;
+	my $c = <$fh>;
+	close($fh);
+	return $c;
+}
+
+sub _lsn_to_int
+{
+	my ($lsn) = @_;
+	my ($hi, $lo) = split m{/}, $lsn;
+	return hex($hi) * 4294967296 + hex($lo);
+}
+
+# ---------------------------------------------------------------------------
+# One psql session driven through pipes.  A non-exclusive backup belongs to
+# the session that started it, so the whole incremental runs in one of
+# these.  ON_ERROR_STOP stays off so that an error is reported by query()
+# (from psql's stderr) instead of killing the session.
+# ---------------------------------------------------------------------------
+
+package PtrackBackup::Session;
+
+use Carp;
+
+sub new
+{
+	my ($class, $node, $dbname) = @_;
+	my $psql =
+	  $node->can('installed_command')
+	  ? $node->installed_command('psql')
+	  : 'psql';
+	my $self = bless { in => '', out => '', err => '', n => 0 }, $class;
+	$self->{timer} = IPC::Run::timeout(3600);
+	$self->{run} = IPC::Run::start(
+		[
+			$psql, '-X', '-A', '-t', '-q', '-F', "\t",
+			'-v', 'ON_ERROR_STOP=0',
+			'-d', $node->connstr($dbname)
+		],
+		'<', \$self->{in}, '>', \$self->{out}, '2>', \$self->{err},
+		$self->{timer});
+	$self->query('SET client_min_messages = warning');
+	return $self;
+}
+
+# Runs one SQL statement; returns its rows as array refs.  Dies on an ERROR.
+sub query
+{
+	my ($self, $sql) = @_;
+	my $mark = 'ptrack-backup-session-' . ++$self->{n};
+	$self->{out} = '';
+	$self->{err} = '';
+	$self->{in} .= "$sql\n;\n\\echo $mark\n\\warn $mark\n";
+	$self->{timer}->start(3600);
+	while ($self->{out} !~ /^\Q$mark\E\n/m || $self->{err} !~ /^\Q$mark\E\n/m)
+	{
+		croak "psql exited during \"$sql\": $self->{err}"
+		  unless $self->{run}->pumpable;
+		$self->{run}->pump;
+	}
+	(my $out = $self->{out}) =~ s/^\Q$mark\E\n//m;
+	(my $err = $self->{err}) =~ s/^\Q$mark\E\n//m;
+	croak "query failed: $sql\n$err" if $err =~ /(ERROR|FATAL|PANIC):/;
+	return [ map { [ split /\t/, $_, -1 ] } split /\n/, $out ];
+}
+
+sub quit
+{
+	my ($self) = @_;
+	$self->{in} .= "\\q\n";
+	$self->{run}->finish;
+	return;
+}
+
+package PtrackBackup;
+
+# ---------------------------------------------------------------------------
+# Full backup
+# ---------------------------------------------------------------------------
+
+# Takes a full backup of $node into $dir; returns its start LSN.
+sub full_backup
+{
+	my ($node, $dir) = @_;
+	croak "\"$dir\" exists" if -e $dir;
+	make_path("$dir/tblspc");
+
+	my @map;
+	my $spcs = $node->safe_psql('postgres',
+		"SELECT oid, pg_tablespace_location(oid) FROM pg_tablespace "
+		  . "WHERE spcname NOT IN ('pg_default', 'pg_global')");
+	for my $line (split /\n/, $spcs)
+	{
+		my ($oid, $loc) = split /\|/, $line, 2;
+		$loc =~ s/=/\\=/g;    # pg_basebackup's escape for OLDDIR=NEWDIR
+		push @map, "--tablespace-mapping=$loc=$dir/tblspc/$oid";
+	}
+	my $pg_basebackup =
+	  $node->can('installed_command')
+	  ? $node->installed_command('pg_basebackup')
+	  : 'pg_basebackup';
+	my ($out, $err);
+	IPC::Run::run(
+		[
+			$pg_basebackup, '-D', "$dir/data", '-X', 'stream',
+			'-c', 'fast', '--no-sync', '--no-manifest',
+			'-d', $node->connstr('postgres'), @map
+		],
+		'>', \$out, '2>', \$err)
+	  or croak "pg_basebackup failed: $err";
+
+	my $label = _read_file("$dir/data/backup_label");
+	$label =~ /^START WAL LOCATION: ([0-9A-F]+\/[0-9A-F]+)/m
+	  or croak "no START WAL LOCATION in backup_label";
+	my $start = $1;
+
+	my ($entries, $tablespaces) = _scan_datadir("$dir/data");
+	$_->{how} = 'base' for grep { $_->{type} eq 'file' } values %$entries;
+	_write_manifest(
+		"$dir/manifest",
+		{
+			kind => 'full',
+			start_lsn => $start,
+			tablespaces => $tablespaces,
+			files => $entries
+		});
+	return $start;
+}
+
+# ---------------------------------------------------------------------------
+# Incremental backup
+# ---------------------------------------------------------------------------
+
+# Takes an incremental backup of $node into $dir, holding every block changed
+# since $since_lsn (the start LSN of the backup in $prev_dir, whose manifest
+# says which files it has).  Returns a hash of statistics:
+#   start_lsn stop_lsn     of this backup
+#   files                  files in the listing
+#   db_bytes               their total size (what a full backup copies)
+#   whole_files whole_bytes          copied whole
+#   delta_files changed_pages        relation files copied block by block
+#   unchanged_files                  relation files without a pagemap row
+#   bytes_copied           whole_bytes + changed_pages * 8 KB
+#   wal_segments wal_bytes
+#   pagemap_rows pagemap_pages       what ptrack_get_pagemapset returned
+#   pagemap                { path => pagecount }
+#   pagemapset_ms          server-side time of the ptrack_get_pagemapset
+#                          call alone (count(*) over it, no output), the
+#                          first call in the backup's session
+#   pagemapset_warm_ms     the same, called again in that session
+#   unmarked_new_blocks    blocks that ptrack must have listed and did not:
+#                          in the listing taken before the query, beyond
+#                          the previous backup's length of the file (or in
+#                          a file the previous backup did not have), so they
+#                          were extended after $since; non-zero on disk (a
+#                          never-written hole, e.g. from hash index bucket
+#                          allocation, is fine).  Exact on a quiescent
+#                          server; under concurrent writes a page filled
+#                          after the query can show up here.
+#   unmarked_examples      the first few such path:block
+#   old_lsn_pages          copied pages (FSM and never-initialised pages
+#                          aside) whose page LSN is older than $since:
+#                          false positives, or pages whose only change
+#                          since then does not set the page LSN (hint
+#                          bits; visibility map bits cleared by a heap
+#                          change); an upper bound of the false positives
+#   elapsed_s
+# Options: filter_pagemap => sub { my ($path, $bits) = @_; ... return $bits }
+# lets a test damage the pagemap on purpose (a negative control).
+sub incremental_backup
+{
+	my ($node, $dir, $since, $prev_dir, %opt) = @_;
+	croak "\"$dir\" exists" if -e $dir;
+	my $t_begin = Time::HiRes::time();
+	my $prev = read_manifest($prev_dir);
+	my $since_int = _lsn_to_int($since);
+	my $datadir = $node->data_dir;
+	make_path("$dir/files", "$dir/delta", "$dir/wal");
+
+	my %st = (
+		map { $_ => 0 }
+		  qw(files db_bytes whole_files whole_bytes delta_files
+		  changed_pages unchanged_files wal_segments wal_bytes
+		  pagemap_rows pagemap_pages unmarked_new_blocks
+		  vanished_files pagecount_mismatch unknown_pagemap_paths
+		  old_lsn_pages));
+	$st{unmarked_examples} = [];
+
+	my $s = PtrackBackup::Session->new($node, 'postgres');
+	my $ns = $s->query(
+		"SELECT quote_ident(n.nspname) FROM pg_extension e "
+		  . "JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'ptrack'"
+	)->[0][0];
+	croak "extension ptrack is not installed in database postgres"
+	  unless defined $ns;
+
+	# Keep the WAL from here on (see the header comment).
+	$s->query("SELECT pg_create_physical_replication_slot("
+		  . "'ptrack_backup_' || pg_backend_pid(), true, true)");
+	my $start = $s->query("SELECT pg_backup_start('ptrack incremental', true)")
+	  ->[0][0];
+
+	# The listing comes before the query: every block in it that lies beyond
+	# what the previous backup had was extended before the query.
+	my ($entries, $tablespaces) = _scan_datadir($datadir);
+
+	# The time of ptrack_get_pagemapset alone, measured by the server: t0 is
+	# taken before the function runs (the call depends on it through
+	# LATERAL) and t1 after the aggregate has consumed its last row.
+	# Timed twice: the first call in a session is what a backup tool pays
+	# (a new backend touching the shared map for the first time); the second
+	# shows the cost of the walk and probes alone.
+	my $timed_sql =
+	    "SELECT b.files, b.pages, "
+	  . "round((extract(epoch FROM b.t1 - a.t0) * 1000)::numeric, 3) "
+	  . "FROM (SELECT clock_timestamp() AS t0 OFFSET 0) a, LATERAL "
+	  . "(SELECT count(*) AS files, coalesce(sum(pagecount), 0) AS pages, "
+	  . "clock_timestamp() AS t1 FROM $ns.ptrack_get_pagemapset("
+	  . "CASE WHEN a.t0 IS NOT NULL THEN '$since'::pg_lsn END)) b";
+	$st{pagemapset_ms} = $s->query($timed_sql)->[0][2] + 0;
+	$st{pagemapset_warm_ms} = $s->query($timed_sql)->[0][2] + 0;
+
+	my %bits;    # path => string of '0'/'1', one per block
+	my $rows = $s->query("SELECT path, pagecount, encode(pagemap, 'hex') "
+		  . "FROM $ns.ptrack_get_pagemapset('$since')");
+	for my $r (@$rows)
+	{
+		my ($path, $count, $hex) = @$r;
+		my $b = unpack('b*', pack('H*', $hex));
+		$b = $opt{filter_pagemap}->($path, $b) if $opt{filter_pagemap};
+		my $set = ($b =~ tr/1//);
+		$st{pagecount_mismatch}++ if $set != $count;
+		$st{pagemap_rows}++;
+		$st{pagemap_pages} += $count;
+		$st{pagemap}{$path} = $count;
+		$bits{$path} = $b;
+		$st{unknown_pagemap_paths}++
+		  unless $entries->{$path} && $entries->{$path}{relation};
+	}
+
+	my %files;
+	for my $path (sort keys %$entries)
+	{
+		my $e = $entries->{$path};
+		if ($e->{type} eq 'dir')
+		{
+			$files{$path} = { type => 'dir' };
+			next;
+		}
+		$st{files}++;
+		$st{db_bytes} += $e->{size};
+		my $old = $prev->{files}{$path};
+		if (!$e->{relation} || !$old || $old->{type} ne 'file')
+		{
+			if ($e->{relation})
+			{
+				_check_marked($datadir, $path, 0, $e->{size}, $bits{$path},
+					\%st);
+			}
+			my $n = _copy_file("$datadir/$path", "$dir/files/$path");
+			if (!defined $n)
+			{
+				$st{vanished_files}++;
+				next;
+			}
+			$files{$path} = { type => 'file', size => $n, how => 'whole' };
+			$st{whole_files}++;
+			$st{whole_bytes} += $n;
+			next;
+		}
+
+		_check_marked($datadir, $path, $old->{size}, $e->{size},
+			$bits{$path}, \%st);
+		my $b = $bits{$path};
+		if (!defined $b)
+		{
+			$files{$path} = { type => 'file', size => $e->{size}, how => 'base' };
+			$st{unchanged_files}++;
+			next;
+		}
+		my $pages = _copy_blocks("$datadir/$path", "$dir/delta/$path", $b,
+			$e->{size}, $path =~ /_fsm(?:\.\d+)?$/ ? undef : $since_int,
+			\%st);
+		if (!defined $pages)
+		{
+			$st{vanished_files}++;
+			next;
+		}
+		$files{$path} = { type => 'file', size => $e->{size}, how => 'delta' };
+		$st{delta_files}++;
+		$st{changed_pages} += $pages;
+	}
+
+	# wait_for_archive = false: the WAL is copied below, not taken from an
+	# archive, so a slow or broken archive_command must not hold us up.
+	# labelfile and spcmapfile are multi-line text, which the session's
+	# tab/newline framing cannot carry: fetch their exact bytes in hex.
+	my $stop = $s->query(
+		"SELECT lsn, encode(textsend(labelfile), 'hex'), "
+		  . "encode(textsend(coalesce(spcmapfile, '')), 'hex') "
+		  . "FROM pg_backup_stop(false)")->[0];
+	my ($stop_lsn, $label, $spcmap) =
+	  ($stop->[0], pack('H*', $stop->[1]), pack('H*', $stop->[2]));
+
+	# WAL from the start segment through the stop segment, and the
+	# timeline history files.
+	my $segs = $s->query(
+		"SELECT DISTINCT pg_walfile_name('$start'::pg_lsn + g * s.size) AS f "
+		  . "FROM (SELECT setting::numeric AS size FROM pg_settings "
+		  . "WHERE name = 'wal_segment_size') s, "
+		  . "generate_series(0, ceil((('$stop_lsn'::pg_lsn - '$start'::pg_lsn) "
+		  . "/ s.size))::int + 1) g "
+		  . "WHERE pg_walfile_name('$start'::pg_lsn + g * s.size) "
+		  . "<= pg_walfile_name('$stop_lsn') ORDER BY 1");
+	for my $seg (map { $_->[0] } @$segs)
+	{
+		my $n = _copy_file("$datadir/pg_wal/$seg", "$dir/wal/$seg");
+		croak "WAL segment $seg is gone" unless defined $n;
+		$st{wal_segments}++;
+		$st{wal_bytes} += $n;
+	}
+	opendir(my $wd, "$datadir/pg_wal") or croak "pg_wal: $!";
+	for my $h (grep { /^[0-9A-F]{8}\.history$/ } readdir($wd))
+	{
+		my $n = _copy_file("$datadir/pg_wal/$h", "$dir/wal/$h");
+		$st{wal_bytes} += $n // 0;
+	}
+	closedir($wd);
+	$s->query("SELECT pg_drop_replication_slot('ptrack_backup_' || pg_backend_pid())");
+	$s->quit;
+
+	_write_file("$dir/backup_label", $label);
+	_write_file("$dir/tablespace_map", $spcmap) if $spcmap ne '';
+	_write_manifest(
+		"$dir/manifest",
+		{
+			kind => 'incremental',
+			start_lsn => $start,
+			stop_lsn => $stop_lsn,
+			since_lsn => $since,
+			tablespaces => $tablespaces,
+			files => \%files
+		});
+
+	$st{start_lsn} = $start;
+	$st{stop_lsn} = $stop_lsn;
+	$st{bytes_copied} = $st{whole_bytes} + $st{changed_pages} * BLCKSZ;
+	$st{elapsed_s} = Time::HiRes::time() - $t_begin;
+	return \%st;
+}
+
+# Copies the blocks whose bit is set and that lie below $size; returns the
+# number copied, or undef if the file vanished.  A block beyond the file's
+# current end (it was truncated after the listing) is skipped: WAL replay
+# truncates it.  With $since_int, counts the copied pages whose pd_lsn is
+# older than it in $st->{old_lsn_pages}.
+sub _copy_blocks
+{
+	my ($from, $to, $bits, $size, $since_int, $st) = @_;
+	my $in;
+	unless (sysopen($in, $from, O_RDONLY))
+	{
+		return undef if $!{ENOENT};
+		croak "could not open \"$from\": $!";
+	}
+	binmode $in;
+	make_path(dirname($to));
+	sysopen(my $out, $to, O_WRONLY | O_CREAT | O_TRUNC, 0600)
+	  or croak "could not create \"$to\": $!";
+	binmode $out;
+	my $nblocks = int(($size + BLCKSZ - 1) / BLCKSZ);
+	my $copied = 0;
+	my $blk = -1;
+	while (($blk = index($bits, '1', $blk + 1)) >= 0)
+	{
+		last if $blk >= $nblocks;
+		sysseek($in, $blk * BLCKSZ, SEEK_SET)
+		  or croak "could not seek in \"$from\": $!";
+		my $n = sysread($in, my $page, BLCKSZ);
+		croak "could not read \"$from\": $!" unless defined $n;
+		last if $n < BLCKSZ;    # truncated meanwhile
+		if (defined $since_int)
+		{
+			# PageHeaderData: pd_lsn (two native uint32: high, low), ...,
+			# pd_upper at offset 14 (0 in a page never initialised).
+			my ($hi, $lo, $upper) = unpack('L L x6 S', $page);
+			$st->{old_lsn_pages}++
+			  if $upper != 0 && $hi * 4294967296 + $lo < $since_int;
+		}
+		my $rec = pack('N', $blk) . $page;
+		syswrite($out, $rec) == length($rec)
+		  or croak "could not write \"$to\": $!";
+		$copied++;
+	}
+	close($out) or croak "could not write \"$to\": $!";
+	close($in);
+	return $copied;
+}
+
+# Counts the blocks in [$from_size, $to_size) of a listed relation file that
+# ptrack did not mark although they hold data (see incremental_backup).
+sub _check_marked
+{
+	my ($datadir, $path, $from_size, $to_size, $bits, $st) = @_;
+	return if $path =~ /_fsm(?:\.\d+)?$/;    # listed whole by ptrack anyway
+	my $first = int($from_size / BLCKSZ);
+	my $last = int($to_size / BLCKSZ);       # exclusive
+	return if $first >= $last;
+	my @missing;
+	for my $blk ($first .. $last - 1)
+	{
+		next if defined $bits && $blk < length($bits)
+		  && substr($bits, $blk, 1) eq '1';
+		push @missing, $blk;
+	}
+	return unless @missing;
+	open(my $fh, '<', "$datadir/$path") or return;
+	binmode $fh;
+	for my $blk (@missing)
+	{
+		sysseek($fh, $blk * BLCKSZ, SEEK_SET) or last;
+		my $n = sysread($fh, my $page, BLCKSZ);
+		last unless $n && $n == BLCKSZ;
+		next if $page !~ /[^\0]/;    # a hole that was never written
+		$st->{unmarked_new_blocks}++;
+		push @{ $st->{unmarked_examples} }, "$path:$blk"
+		  if @{ $st->{unmarked_examples} } < 10;
+	}
+	close($fh);
+	return;
+}
+
+# ---------------------------------------------------------------------------
+# Restore
+# ---------------------------------------------------------------------------
+
+# Creates the directory of tablespace $oid under $tsroot and points
+# $target/pg_tblspc/$oid at it.
+sub _make_tablespace
+{
+	my ($target, $tsroot, $oid) = @_;
+	make_path("$tsroot/$oid", "$target/pg_tblspc", { mode => 0700 });
+	chmod 0700, "$tsroot/$oid";
+	symlink("$tsroot/$oid", "$target/pg_tblspc/$oid")
+	  or croak "could not link pg_tblspc/$oid: $!";
+	return;
+}
+
+# Writes the changed blocks of a delta file into $file.
+sub _apply_delta
+{
+	my ($delta, $file) = @_;
+	sysopen(my $in, $delta, O_RDONLY) or croak "could not open \"$delta\": $!";
+	binmode $in;
+	sysopen(my $out, $file, O_WRONLY) or croak "could not open \"$file\": $!";
+	binmode $out;
+	my $pages = 0;
+	while (1)
+	{
+		my $n = sysread($in, my $rec, 4 + BLCKSZ);
+		croak "could not read \"$delta\": $!" unless defined $n;
+		last if $n == 0;
+		croak "\"$delta\" is truncated" unless $n == 4 + BLCKSZ;
+		my $blk = unpack('N', $rec);
+		sysseek($out, $blk * BLCKSZ, SEEK_SET)
+		  or croak "could not seek in \"$file\": $!";
+		syswrite($out, $rec, BLCKSZ, 4) == BLCKSZ
+		  or croak "could not write \"$file\": $!";
+		$pages++;
+	}
+	close($out) or croak "could not write \"$file\": $!";
+	close($in);
+	return $pages;
+}
+
+# Restores the full backup in $full_dir, and the incremental in $incr_dir on
+# top of it (if given), into the new data directory $target.  Tablespaces go
+# to <tablespace_dir>/<oid> (default "${target}_tblspc").  The result starts
+# like a pg_basebackup -X stream restore: backup_label and all needed WAL in
+# pg_wal, no recovery.signal.  Returns { files, bytes, pages }.
+sub restore
+{
+	my ($full_dir, $incr_dir, $target, %opt) = @_;
+	my $tsroot = $opt{tablespace_dir} // "${target}_tblspc";
+	if (-e $target)
+	{
+		opendir(my $d, $target) or croak "\"$target\": $!";
+		croak "\"$target\" is not empty"
+		  if grep { $_ ne '.' && $_ ne '..' } readdir($d);
+		closedir($d);
+	}
+	croak "\"$tsroot\" exists" if -e $tsroot;
+	make_path($target);
+	chmod 0700, $target;
+	my %st = (files => 0, bytes => 0, pages => 0);
+
+	# 1. The full backup, as listed.
+	my $full = read_manifest($full_dir);
+	_make_tablespace($target, $tsroot, $_) for keys %{ $full->{tablespaces} };
+	for my $path (sort keys %{ $full->{files} })
+	{
+		my $e = $full->{files}{$path};
+		if ($e->{type} eq 'dir')
+		{
+			make_path("$target/$path", { mode => 0700 })
+			  unless $path =~ m{^pg_tblspc/\d+$};
+			next;
+		}
+		my $n = _copy_file("$full_dir/data/$path", "$target/$path");
+		croak "\"$path\" is missing from the full backup" unless defined $n;
+	}
+
+	my $wal_from = "$full_dir/data/pg_wal";
+	my $label_from = "$full_dir/data";
+	if (defined $incr_dir)
+	{
+		my $inc = read_manifest($incr_dir);
+		my $files = $inc->{files};
+
+		# 2. Whatever the incremental does not list is gone: deleted files,
+		# dropped databases and tablespaces.
+		for my $oid (keys %{ $full->{tablespaces} })
+		{
+			next if exists $inc->{tablespaces}{$oid};
+			unlink("$target/pg_tblspc/$oid");
+			remove_tree("$tsroot/$oid");
+		}
+		for my $path (reverse sort keys %{ $full->{files} })
+		{
+			my $e = $full->{files}{$path};
+			next if $files->{$path} && $files->{$path}{type} eq $e->{type};
+			next if $path =~ m{^pg_tblspc/\d+(?:/|$)}
+			  && !-e "$target/pg_tblspc/" . (split m{/}, $path)[1];
+			if ($e->{type} eq 'dir') { remove_tree("$target/$path") }
+			else { unlink("$target/$path") or croak "unlink $path: $!" }
+		}
+		for my $oid (keys %{ $inc->{tablespaces} })
+		{
+			_make_tablespace($target, $tsroot, $oid)
+			  unless exists $full->{tablespaces}{$oid};
+		}
+
+		# 3. The incremental's files.
+		for my $path (sort keys %$files)
+		{
+			my $e = $files->{$path};
+			if ($e->{type} eq 'dir')
+			{
+				make_path("$target/$path", { mode => 0700 })
+				  unless $path =~ m{^pg_tblspc/\d+$};
+				next;
+			}
+			$st{files}++;
+			if ($e->{how} eq 'whole')
+			{
+				my $n = _copy_file("$incr_dir/files/$path", "$target/$path");
+				croak "\"$path\" is missing from the incremental"
+				  unless defined $n;
+				croak "\"$path\": $n bytes, listed $e->{size}"
+				  unless $n == $e->{size};
+				$st{bytes} += $n;
+				next;
+			}
+			croak "\"$path\" is not in the previous backup"
+			  unless -f "$target/$path";
+			truncate("$target/$path", $e->{size})
+			  or croak "could not truncate \"$path\": $!";
+			if ($e->{how} eq 'delta')
+			{
+				my $p = _apply_delta("$incr_dir/delta/$path", "$target/$path");
+				$st{pages} += $p;
+				$st{bytes} += $p * BLCKSZ;
+			}
+		}
+		$wal_from = "$incr_dir/wal";
+		$label_from = $incr_dir;
+	}
+
+	# 4. WAL, backup_label, tablespace_map (with the new locations).
+	remove_tree("$target/pg_wal");
+	make_path("$target/pg_wal/archive_status", { mode => 0700 });
+	opendir(my $wd, $wal_from) or croak "\"$wal_from\": $!";
+	for my $f (grep { -f "$wal_from/$_" } readdir($wd))
+	{
+		_copy_file("$wal_from/$f", "$target/pg_wal/$f");
+	}
+	closedir($wd);
+	_copy_file("$label_from/backup_label", "$target/backup_label")
+	  // croak "no backup_label in $label_from";
+	if (-f "$label_from/tablespace_map")
+	{
+		my $map = '';
+		for my $line (split /\n/, _read_file("$label_from/tablespace_map"))
+		{
+			my ($oid) = $line =~ /^(\d+) / or croak "bad tablespace_map line";
+			(my $loc = "$tsroot/$oid") =~ s/([\\\n\r])/\\$1/g;
+			$map .= "$oid $loc\n";
+		}
+		_write_file("$target/tablespace_map", $map);
+	}
+	return \%st;
+}
+
+# ---------------------------------------------------------------------------
+# Verification
+# ---------------------------------------------------------------------------
+
+# Compares every permanent table (relkind r and m, i.e. also the leaves of
+# partitioned tables) of every database but template0 between $src and $dst,
+# by row count and an order-independent digest of the rows' text: the sum,
+# over rows, of the two 64-bit halves of md5(row::text), kept in numeric so
+# that it cannot overflow.  That streams (no sort, no 1 GB string limit) and
+# any changed, lost or extra row changes it.  Sequences are not compared:
+# nextval() WAL-logs 32 values ahead, so a restored sequence legitimately
+# runs ahead of its source.  Then runs amcheck on $dst:
+# bt_index_check(heapallindexed) on every btree index and verify_heapam on
+# every heap, toast and matview relation, catalogs included.
+# Returns the list of problems (empty = identical and clean).  With
+# report => \%r, fills $r{tables} = [ [db, table, rows, 'MATCH'|'MISMATCH'] ]
+# and $r{amcheck} = { indexes, relations, problems => [...] }.
+sub compare_clusters
+{
+	my ($src, $dst, %opt) = @_;
+	my $report = $opt{report} // {};
+	$report->{tables} = [];
+	my @problems;
+
+	my $dbq = "SELECT datname FROM pg_database "
+	  . "WHERE datname <> 'template0' AND datallowconn ORDER BY 1";
+	my @src_dbs = split /\n/, $src->safe_psql('postgres', $dbq);
+	my @dst_dbs = split /\n/, $dst->safe_psql('postgres', $dbq);
+	push @problems, "databases differ: [@src_dbs] vs [@dst_dbs]"
+	  if "@src_dbs" ne "@dst_dbs";
+	my %on_dst = map { $_ => 1 } @dst_dbs;
+
+	my $tq = "SELECT c.oid::regclass::text FROM pg_class c "
+	  . "JOIN pg_namespace n ON n.oid = c.relnamespace "
+	  . "WHERE c.relkind IN ('r', 'm') AND c.relpersistence = 'p' "
+	  . "AND n.nspname <> 'information_schema' AND n.nspname !~ '^pg_' "
+	  . "ORDER BY 1";
+	for my $db (grep { $on_dst{$_} } @src_dbs)
+	{
+		my @src_t = split /\n/, $src->safe_psql($db, $tq);
+		my @dst_t = split /\n/, $dst->safe_psql($db, $tq);
+		push @problems, "$db: tables differ: [@src_t] vs [@dst_t]"
+		  if "@src_t" ne "@dst_t";
+		my %t_dst = map { $_ => 1 } @dst_t;
+		my @tables = grep { $t_dst{$_} } @src_t;
+		next unless @tables;
+		my $sql = join '',
+		  map {
+			"SELECT count(*), "
+			  . "coalesce(sum(('x' || substr(h, 1, 16))::bit(64)::bigint::numeric), 0), "
+			  . "coalesce(sum(('x' || substr(h, 17, 16))::bit(64)::bigint::numeric), 0) "
+			  . "FROM (SELECT md5(ptrack_row__::text) AS h FROM $_ ptrack_row__) d;\n"
+		  } @tables;
+		my @a = split /\n/, $src->safe_psql($db, $sql);
+		my @b = split /\n/, $dst->safe_psql($db, $sql);
+		for my $i (0 .. $#tables)
+		{
+			my ($rows) = split /\|/, $a[$i];
+			my $same = $a[$i] eq ($b[$i] // '');
+			push @{ $report->{tables} },
+			  [ $db, $tables[$i], $rows, $same ? 'MATCH' : 'MISMATCH' ];
+			push @problems,
+			  "$db: $tables[$i]: source $a[$i], restored " . ($b[$i] // 'none')
+			  unless $same;
+		}
+	}
+
+	my %am = (indexes => 0, relations => 0, problems => []);
+	for my $db (@dst_dbs)
+	{
+		my $out = $dst->safe_psql($db, <<'EOSQL');
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS amcheck;
+CREATE TEMP TABLE ptrack_amcheck (kind text, obj text, msg text);
+DO $do$
+DECLARE
+	r record;
+BEGIN
+	FOR r IN SELECT c.oid, c.oid::regclass::text AS name
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		JOIN pg_am a ON a.oid = c.relam
+		WHERE a.amname = 'btree' AND c.relpersistence <> 't'
+		AND i.indisvalid AND i.indisready
+	LOOP
+		BEGIN
+			PERFORM bt_index_check(r.oid, true);
+			INSERT INTO ptrack_amcheck VALUES ('index', r.name, NULL);
+		EXCEPTION WHEN OTHERS THEN
+			INSERT INTO ptrack_amcheck VALUES ('index', r.name, SQLERRM);
+		END;
+	END LOOP;
+	FOR r IN SELECT c.oid, c.oid::regclass::text AS name FROM pg_class c
+		WHERE c.relkind IN ('r', 'm', 't') AND c.relpersistence <> 't'
+	LOOP
+		BEGIN
+			INSERT INTO ptrack_amcheck
+			SELECT 'heap', r.name, format('block %s offset %s attnum %s: %s',
+				v.blkno, v.offnum, v.attnum, v.msg)
+			FROM verify_heapam(r.oid, on_error_stop => false,
+				check_toast => true) v;
+			INSERT INTO ptrack_amcheck VALUES ('heap', r.name, NULL);
+		EXCEPTION WHEN OTHERS THEN
+			INSERT INTO ptrack_amcheck VALUES ('heap', r.name, SQLERRM);
+		END;
+	END LOOP;
+END
+$do$;
+SELECT 'count', count(DISTINCT obj) FILTER (WHERE kind = 'index'),
+	count(DISTINCT obj) FILTER (WHERE kind = 'heap') FROM ptrack_amcheck;
+SELECT 'problem', kind, obj, msg FROM ptrack_amcheck WHERE msg IS NOT NULL;
+EOSQL
+		for my $line (split /\n/, $out)
+		{
+			my @f = split /\|/, $line, 4;
+			if ($f[0] eq 'count')
+			{
+				$am{indexes} += $f[1];
+				$am{relations} += $f[2];
+			}
+			elsif ($f[0] eq 'problem')
+			{
+				push @{ $am{problems} }, "$db: amcheck $f[1] $f[2]: $f[3]";
+			}
+		}
+	}
+	$report->{amcheck} = \%am;
+	push @problems, @{ $am{problems} };
+	return @problems;
+}
+
+1;
