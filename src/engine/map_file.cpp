@@ -9,7 +9,12 @@
 
 #include <cstring>
 
+#include "field_codec.h"
+
 namespace ptrack {
+
+using codec::get;
+using codec::put;
 
 namespace {
 
@@ -34,20 +39,6 @@ enum : size_t {
     kOffBaseId = 88,
     kOffCrc = kMapFileHeaderBytes - 4
 };
-
-template <typename T>
-void put(uint8_t* out, size_t offset, T value) noexcept
-{
-    std::memcpy(out + offset, &value, sizeof(T));
-}
-
-template <typename T>
-T get(const uint8_t* in, size_t offset) noexcept
-{
-    T value;
-    std::memcpy(&value, in + offset, sizeof(T));
-    return value;
-}
 
 }  // namespace
 
