@@ -53,6 +53,31 @@
 # pg_basebackup -X stream backup: no restore_command, no recovery.signal, and
 # it refuses to start ("WAL ends before end of online backup") if any is
 # missing.
+#
+# From a hot standby (pg_is_in_recovery()), the same steps work with three
+# differences, all handled in incremental_backup():
+#   - pg_backup_start() makes a restartpoint instead of a checkpoint (a new
+#     one only if a checkpoint record was replayed since the last), and
+#     pg_backup_stop() writes no WAL and switches no segment: its stop LSN is
+#     the standby's minRecoveryPoint, and the last segment is still being
+#     filled by the WAL receiver.  We copy it as it is: every byte up to the
+#     stop LSN was received and replayed before pg_backup_stop() returned,
+#     and recovery stops at the first invalid record after it.
+#   - pg_walfile_name() refuses to run during recovery (the timeline is
+#     ambiguous), so the segment names are computed here from the
+#     backup_label's START TIMELINE; a backup during which the standby moved
+#     to another timeline is refused.
+#   - global/pg_control is copied again after every other file, just before
+#     pg_backup_stop(), as pg_basebackup does: the restored server takes the
+#     end of a standby backup from pg_control's minRecoveryPoint, which must
+#     not be older than any page copied (the standby raises it before
+#     writing a page), and not newer than the stop LSN (whose WAL we carry).
+# The WAL comes from the standby's own pg_wal, kept by the temporary slot
+# created there (restartpoints honour slots as checkpoints do): the backup
+# then needs nothing from the primary, which may be busy or unreachable.
+#
+# restore() takes one incremental or a chain of them (an array ref, oldest
+# first, each taken since the start LSN of the one before).
 
 package PtrackBackup;
 
@@ -523,6 +548,8 @@ sub incremental_backup
 	croak "extension ptrack is not installed in database postgres"
 	  unless defined $ns;
 
+	my $in_recovery = $s->query('SELECT pg_is_in_recovery()')->[0][0] eq 't';
+
 	# Keep the WAL from here on (see the header comment).
 	$s->query("SELECT pg_create_physical_replication_slot("
 		  . "'ptrack_backup_' || pg_backend_pid(), true, true)");
@@ -620,6 +647,16 @@ sub incremental_backup
 		$st{changed_pages} += $pages;
 	}
 
+	# From a standby, pg_control last (see the header comment).
+	if ($in_recovery && $files{'global/pg_control'})
+	{
+		my $n = _copy_file("$datadir/global/pg_control",
+			"$dir/files/global/pg_control");
+		croak 'global/pg_control is gone' unless defined $n;
+		$st{whole_bytes} += $n - $files{'global/pg_control'}{size};
+		$files{'global/pg_control'}{size} = $n;
+	}
+
 	# wait_for_archive = false: the WAL is copied below, not taken from an
 	# archive, so a slow or broken archive_command must not hold us up.
 	# labelfile and spcmapfile are multi-line text, which the session's
@@ -633,7 +670,9 @@ sub incremental_backup
 
 	# WAL from the start segment through the stop segment, and the
 	# timeline history files.
-	my $segs = $s->query(
+	my $segs = $in_recovery
+	  ? _standby_segments($s, $label, $start, $stop_lsn)
+	  : $s->query(
 		"SELECT DISTINCT pg_walfile_name('$start'::pg_lsn + g * s.size) AS f "
 		  . "FROM (SELECT setting::numeric AS size FROM pg_settings "
 		  . "WHERE name = 'wal_segment_size') s, "
@@ -676,6 +715,33 @@ sub incremental_backup
 	$st{bytes_copied} = $st{whole_bytes} + $st{changed_pages} * BLCKSZ;
 	$st{elapsed_s} = Time::HiRes::time() - $t_begin;
 	return \%st;
+}
+
+# The WAL segment files from $start to $stop on a standby, as the rows
+# [ name ] that the pg_walfile_name() query gives on a primary: from the
+# segment holding $start through the one holding the last byte before $stop.
+sub _standby_segments
+{
+	my ($s, $label, $start, $stop) = @_;
+	$label =~ /^START TIMELINE: (\d+)$/m
+	  or croak "no START TIMELINE in the backup label";
+	my $tli = $1;
+	my ($now_tli, $seg_size) = @{
+		$s->query("SELECT (SELECT min_recovery_end_timeline "
+			  . "FROM pg_control_recovery()), setting::bigint "
+			  . "FROM pg_settings WHERE name = 'wal_segment_size'")->[0]
+	};
+	croak "the standby moved from timeline $tli to $now_tli during the backup"
+	  if $now_tli != 0 && $now_tli != $tli;
+	my $per_id = int(4294967296 / $seg_size);
+	my @names;
+	for my $seg (int(_lsn_to_int($start) / $seg_size)
+		.. int((_lsn_to_int($stop) - 1) / $seg_size))
+	{
+		push @names,
+		  [ sprintf('%08X%08X%08X', $tli, int($seg / $per_id), $seg % $per_id) ];
+	}
+	return \@names;
 }
 
 # Copies the blocks whose bit is set and that lie below $size; returns the
@@ -803,7 +869,8 @@ sub _apply_delta
 }
 
 # Restores the full backup in $full_dir, and the incremental in $incr_dir on
-# top of it (if given), into the new data directory $target.  Tablespaces go
+# top of it (if given; an array ref: a chain of incrementals, applied in
+# order), into the new data directory $target.  Tablespaces go
 # to <tablespace_dir>/<oid> (default "${target}_tblspc").  The result starts
 # like a pg_basebackup -X stream restore: backup_label and all needed WAL in
 # pg_wal, no recovery.signal.  Returns { files, bytes, pages }.
@@ -841,22 +908,28 @@ sub restore
 
 	my $wal_from = "$full_dir/data/pg_wal";
 	my $label_from = "$full_dir/data";
-	if (defined $incr_dir)
+	# $incr_dir: one incremental, or a chain of them (array ref, in order).
+	my @chain =
+	  ref $incr_dir eq 'ARRAY' ? @$incr_dir
+	  : defined $incr_dir ? ($incr_dir)
+	  : ();
+	my $prev = $full;
+	for my $incr_dir (@chain)
 	{
 		my $inc = read_manifest($incr_dir);
 		my $files = $inc->{files};
 
 		# 2. Whatever the incremental does not list is gone: deleted files,
 		# dropped databases and tablespaces.
-		for my $oid (keys %{ $full->{tablespaces} })
+		for my $oid (keys %{ $prev->{tablespaces} })
 		{
 			next if exists $inc->{tablespaces}{$oid};
 			unlink("$target/pg_tblspc/$oid");
 			remove_tree("$tsroot/$oid");
 		}
-		for my $path (reverse sort keys %{ $full->{files} })
+		for my $path (reverse sort keys %{ $prev->{files} })
 		{
-			my $e = $full->{files}{$path};
+			my $e = $prev->{files}{$path};
 			next if $files->{$path} && $files->{$path}{type} eq $e->{type};
 			next if $path =~ m{^pg_tblspc/\d+(?:/|$)}
 			  && !-e "$target/pg_tblspc/" . (split m{/}, $path)[1];
@@ -866,7 +939,7 @@ sub restore
 		for my $oid (keys %{ $inc->{tablespaces} })
 		{
 			_make_tablespace($target, $tsroot, $oid)
-			  unless exists $full->{tablespaces}{$oid};
+			  unless exists $prev->{tablespaces}{$oid};
 		}
 
 		# 3. The incremental's files.
@@ -903,6 +976,7 @@ sub restore
 		}
 		$wal_from = "$incr_dir/wal";
 		$label_from = $incr_dir;
+		$prev = $inc;
 	}
 
 	# 4. WAL, backup_label, tablespace_map (with the new locations).
