@@ -96,6 +96,13 @@ TEST(MapGeometry, OneTerabyteNoOverflow)
     EXPECT_EQ(g.region_bytes(), bytes);
 }
 
+TEST(MapGeometry, ExtremeSizesNoOverflow)
+{
+    /* The arithmetic must not wrap even at the top of the 64-bit range. */
+    for (uint64_t bytes : {uint64_t{1} << 62, UINT64_MAX / 2, UINT64_MAX - 1, UINT64_MAX})
+        expect_sane(MapGeometry::for_bytes(bytes, kRelSegSize), bytes);
+}
+
 TEST(MapGeometry, TooSmallIsInvalid)
 {
     for (uint64_t bytes : {uint64_t{0}, uint64_t{1}, uint64_t{64}, uint64_t{4096}, uint64_t{65535}}) {
