@@ -42,6 +42,10 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 endif
 
+# PGXS tracks no header dependencies unless the server was configured with
+# --enable-depend: rebuild every object when any of our headers changes.
+$(OBJS): $(wildcard include/ptrack/*.h src/pg/*.h src/engine/*.h)
+
 .PHONY: pg-prefix patched-server unittest check-all installcheck-off
 
 pg-prefix:

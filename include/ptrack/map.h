@@ -129,11 +129,14 @@ public:
      * `lsn`.  The caller passes an LSN never smaller than that of the change
      * being written.  Lock-free, allocation-free, never throws.
      */
-    void mark(const RelFork& rel, BlockNumber block, Lsn lsn) noexcept
+    void mark(const RelFork& rel, BlockNumber block, Lsn lsn) noexcept { mark_hashed(hash_rel(rel), block, lsn); }
+
+    /* mark() with the relation's hash_rel() computed (or cached) by the caller. */
+    void mark_hashed(uint64_t rel_hash, BlockNumber block, Lsn lsn) noexcept
     {
         const Lsn value = stored_lsn(lsn);
-        atomic_max_lsn(&summary_[summary_index(rel, block / geometry_.blocks_per_segment)], value);
-        const SlotPair s = slots_of(rel, block);
+        atomic_max_lsn(&summary_[summary_index_hashed(rel_hash, block / geometry_.blocks_per_segment)], value);
+        const SlotPair s = slots_of_hashed(rel_hash, block);
         atomic_max_lsn(&slots_[s.first], value);
         atomic_max_lsn(&slots_[s.second], value);
     }
@@ -164,8 +167,16 @@ public:
                              uint8_t* pagemap, bool use_summary = true) const noexcept;
 
     /* The slot indexes of a block (exposed for tests and the false-positive benchmark). */
-    SlotPair slots_of(const RelFork& rel, BlockNumber block) const noexcept;
-    uint64_t summary_index(const RelFork& rel, uint32_t segno) const noexcept;
+    SlotPair slots_of(const RelFork& rel, BlockNumber block) const noexcept
+    {
+        return slots_of_hashed(hash_rel(rel), block);
+    }
+    uint64_t summary_index(const RelFork& rel, uint32_t segno) const noexcept
+    {
+        return summary_index_hashed(hash_rel(rel), segno);
+    }
+    SlotPair slots_of_hashed(uint64_t rel_hash, BlockNumber block) const noexcept;
+    uint64_t summary_index_hashed(uint64_t rel_hash, uint32_t segno) const noexcept;
 
     /* Direct slot access, for persistence and tests. */
     uint64_t* slots() const noexcept { return slots_; }
@@ -178,18 +189,21 @@ private:
 };
 
 /*
- * Placement.  The first probe's line comes from one hash; the second from an
- * independent hash, offset so that it never lands on the first line (when
- * there is more than one line).  Both probes use slot block % 8 of their line.
+ * Placement.  One hash of (relation, block group) places both probes:
+ * fastrange() of the hash gives the first line (it depends mostly on the
+ * hash's high bits), fastrange() of the hash rotated by 32 bits gives the
+ * second (mostly its low bits), offset so that it never lands on the first
+ * line when there is more than one.  Both use slot block % 8 of their line.
  */
-inline SlotPair Map::slots_of(const RelFork& rel, BlockNumber block) const noexcept
+inline SlotPair Map::slots_of_hashed(uint64_t rel_hash, BlockNumber block) const noexcept
 {
     const uint64_t group = block / kSlotsPerLine;
     const uint64_t n = geometry_.line_count;
-    const uint64_t first = fastrange(hash_rel_unit(rel, group, kSeedFirstProbe), n);
+    const uint64_t h = hash_unit(rel_hash, group, kSeedFirstProbe);
+    const uint64_t first = fastrange(h, n);
     uint64_t second = first;
     if (n > 1) {
-        second = first + 1 + fastrange(hash_rel_unit(rel, group, kSeedSecondProbe), n - 1);
+        second = first + 1 + fastrange((h << 32) | (h >> 32), n - 1);
         if (second >= n)
             second -= n;
     }
@@ -197,9 +211,9 @@ inline SlotPair Map::slots_of(const RelFork& rel, BlockNumber block) const noexc
     return SlotPair{first * kSlotsPerLine + slot, second * kSlotsPerLine + slot};
 }
 
-inline uint64_t Map::summary_index(const RelFork& rel, uint32_t segno) const noexcept
+inline uint64_t Map::summary_index_hashed(uint64_t rel_hash, uint32_t segno) const noexcept
 {
-    return fastrange(hash_rel_unit(rel, segno, kSeedSummary), geometry_.summary_count);
+    return fastrange(hash_unit(rel_hash, segno, kSeedSummary), geometry_.summary_count);
 }
 
 }  // namespace ptrack

@@ -49,9 +49,10 @@ uint32_t Map::segment_pagemap(const RelFork& rel, uint32_t segno, uint32_t nbloc
 
     /* blocks_per_segment is a multiple of 8, so a byte of the bitmap is one slot group. */
     const BlockNumber first_block = segno * geometry_.blocks_per_segment;
+    const uint64_t rel_hash = hash_rel(rel);
     uint32_t count = 0;
     for (uint32_t b = 0; b < nblocks; b += kSlotsPerLine) {
-        const SlotPair lines = slots_of(rel, first_block + b); /* slot 0 of both lines */
+        const SlotPair lines = slots_of_hashed(rel_hash, first_block + b); /* slot 0 of both lines */
         const uint32_t in_group = nblocks - b < kSlotsPerLine ? nblocks - b : kSlotsPerLine;
         unsigned bits = 0;
         for (uint32_t j = 0; j < in_group; ++j) {

@@ -14,12 +14,6 @@ extern "C" {
 
 namespace ptrack::pg {
 
-void capture_block(const RelFork& rel, BlockNumber block, Lsn lsn) noexcept
-{
-    if (map.attached())
-        map.mark(rel, block, lsn);
-}
-
 namespace {
 
 void mark_every_block(const RelationFile* file, void* arg)

@@ -11,15 +11,39 @@
 #define PTRACK_PG_CAPTURE_H
 
 #include "ptrack/map.h"
+#include "shared_state.h"
 
 namespace ptrack::pg {
+
+/*
+ * The relation hash of the last captured write, per process: consecutive
+ * writes usually hit the same relation (a checkpoint writes in file order,
+ * an extension appends), and the hash is most of a mark's cost.
+ */
+struct RelHashCache {
+    RelFork rel;
+    uint64_t hash;
+    bool valid;
+};
+inline RelHashCache rel_hash_cache{};
 
 /*
  * Marks one block of a permanent relation fork as written at `lsn` (never
  * smaller than the LSN of the change written).  The write path: lock-free, no
  * allocation, no error.  Does nothing when tracking is off.
  */
-void capture_block(const RelFork& rel, BlockNumber block, Lsn lsn) noexcept;
+inline void capture_block(const RelFork& rel, BlockNumber block, Lsn lsn) noexcept
+{
+    if (!map.attached())
+        return;
+    RelHashCache& cache = rel_hash_cache;
+    if (!cache.valid || !(cache.rel == rel)) {
+        cache.rel = rel;
+        cache.hash = hash_rel(rel);
+        cache.valid = true;
+    }
+    map.mark_hashed(cache.hash, block, lsn);
+}
 
 /*
  * Marks every block of every permanent relation file directly inside `dir`

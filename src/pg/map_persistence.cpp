@@ -462,6 +462,8 @@ void load_map(SharedState* state, Map* map)
             ereport(LOG, (errmsg("ptrack map file \"%s\" not found: change tracking starts now", kMapFileName)));
         else
             warn_not_trusted("it could not be opened");
+        map->clear();
+        state->init_lsn = 0;
         remove_file_if_exists(kMapDeltaFileName, DEBUG1);
         return;
     }

@@ -14,7 +14,8 @@ namespace ptrack::pg {
 
 /*
  * In the postmaster, on a freshly created shared state: fills the map from
- * ptrack.map if it can be trusted (init_lsn included).  Otherwise logs one
+ * ptrack.map if it can be trusted (init_lsn included), overwriting every
+ * byte of the region; otherwise clears it (so the caller need not).  Otherwise logs one
  * WARNING naming the file and the reason, removes the file, and leaves the
  * map empty with init_lsn unset, so a new one is established.  Never raises
  * an ERROR (the postmaster must start).

@@ -91,8 +91,8 @@ void ptrack_shmem_startup()
     if (!found) {
         state->init_lsn = 0;
         state->geometry = geometry;
+        /* load_map() fills the region from the file, or clears it. */
         Map fresh(region_of(state), geometry);
-        fresh.clear();
         load_map(state, &fresh);
     }
     LWLockRelease(AddinShmemInitLock);
