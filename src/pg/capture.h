@@ -21,26 +21,24 @@ namespace ptrack::pg {
  * an extension appends), and the hash is most of a mark's cost.
  */
 struct RelHashCache {
-    RelFork rel;
+    RelFork rel; /* starts as fork 0xFF, which no write carries */
     uint64_t hash;
-    bool valid;
 };
-inline RelHashCache rel_hash_cache{};
+inline RelHashCache rel_hash_cache{RelFork{0, 0, 0, 0xFF}, 0};
 
 /*
  * Marks one block of a permanent relation fork as written at `lsn` (never
  * smaller than the LSN of the change written).  The write path: lock-free, no
  * allocation, no error.  Does nothing when tracking is off.
  */
-inline void capture_block(const RelFork& rel, BlockNumber block, Lsn lsn) noexcept
+__attribute__((always_inline)) inline void capture_block(const RelFork& rel, BlockNumber block, Lsn lsn) noexcept
 {
     if (!map.attached())
         return;
     RelHashCache& cache = rel_hash_cache;
-    if (!cache.valid || !(cache.rel == rel)) {
+    if (!(cache.rel == rel)) {
         cache.rel = rel;
         cache.hash = hash_rel(rel);
-        cache.valid = true;
     }
     map.mark_hashed(cache.hash, block, lsn);
 }

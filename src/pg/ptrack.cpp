@@ -109,10 +109,16 @@ Lsn current_mark_lsn() noexcept
      * During recovery the insert position is not yet meaningful; the replay
      * position of the record being applied (set before its redo runs, see
      * ApplyWalRecord() in xlogrecovery.c) bounds every change replayed so far.
-     * Recovery can end between the two calls, hence the max.
+     * Recovery can end between the two calls, hence the max.  Once a process
+     * has seen recovery over, it never comes back (as RecoveryInProgress()'s
+     * own local cache), so later calls skip the check.
      */
-    if (RecoveryInProgress())
-        return Max(GetCurrentReplayRecPtr(NULL), GetXLogInsertRecPtr());
+    static bool recovery_over = false;
+    if (unlikely(!recovery_over)) {
+        if (RecoveryInProgress())
+            return Max(GetCurrentReplayRecPtr(NULL), GetXLogInsertRecPtr());
+        recovery_over = true;
+    }
     return GetXLogInsertRecPtr();
 }
 
