@@ -9,12 +9,14 @@
  * batch of (word index, value) pairs writes 16 bytes per changed slot: 2% of
  * the map's bytes when 1% of its slots changed.
  *
- * Which slots changed: slots only grow, and a mark made at or after a moment
- * T stores a value >= current_mark_lsn() read at T.  So if the previous flush
- * read `threshold` = current_mark_lsn() before it copied the map, every slot
- * changed since then now holds a value >= threshold; the batch is all words
- * >= threshold (a few may repeat the previous batch: harmless, values are
- * applied with max).
+ * Which slots changed: slots only grow.  The previous flush read `threshold`
+ * (the current mark LSN), then waited for the marks in progress to store
+ * their values, then copied the map; every mark that could still store
+ * after that reads its LSN after the threshold was read, so it stores a
+ * value >= threshold (the announcement protocol in src/pg/capture.h).  So
+ * every slot changed since the previous copy now holds a value >= threshold;
+ * the batch is all words >= threshold (a few may repeat the previous batch:
+ * harmless, values are applied with max).
  *
  * Layout of ptrack.map.delta: batches back to back, each
  *   [ 64-byte batch header, CRC-32C of its first 60 bytes in the last 4 ]

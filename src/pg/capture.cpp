@@ -6,6 +6,8 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/xlogdefs.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
 }
 
 #include "capture.h"
@@ -14,26 +16,56 @@ extern "C" {
 
 namespace ptrack::pg {
 
+MarkAnnouncement* announcements = nullptr;
+uint32_t announcement_count = 0;
+
 namespace {
 
-void mark_every_block(const RelationFile* file, void* arg)
+/* For processes without a PGPROC (none is expected to write): a private line nobody waits on. */
+MarkAnnouncement private_announcement;
+
+void mark_every_block(const RelationFile* file, void*)
 {
-    const Lsn lsn = *static_cast<const Lsn*>(arg);
+    /* Each block is marked as written now, after the copy finished. */
     const uint64_t nblocks = (file->size_bytes + BLCKSZ - 1) / BLCKSZ;
     const BlockNumber first = file->segment.segno * static_cast<BlockNumber>(RELSEG_SIZE);
     for (uint64_t b = 0; b < nblocks; ++b)
-        capture_block(file->segment.rel, first + static_cast<BlockNumber>(b), lsn);
+        capture_block_written(file->segment.rel, first + static_cast<BlockNumber>(b));
 }
 
 }  // namespace
+
+MarkAnnouncement* attach_announcement() noexcept
+{
+    if (MyProc != NULL && announcements != nullptr && static_cast<uint32_t>(MyProc->pgprocno) < announcement_count)
+        my_announcement = &announcements[MyProc->pgprocno];
+    else
+        my_announcement = &private_announcement;
+    return my_announcement;
+}
+
+void wait_for_marks_in_progress() noexcept
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    for (uint32_t i = 0; i < announcement_count; ++i) {
+        const uint64_t seen = __atomic_load_n(&announcements[i].state, __ATOMIC_ACQUIRE);
+        if ((seen & 1) == 0)
+            continue;
+        /* A mark is a few hundred instructions; wait for this one to end (the generation moves on). */
+        for (int spins = 0; __atomic_load_n(&announcements[i].state, __ATOMIC_ACQUIRE) == seen; ++spins) {
+            if (spins < 1000)
+                pg_spin_delay();
+            else
+                pg_usleep(100);
+        }
+    }
+}
 
 void capture_relation_files(const char* dir)
 {
     if (!map.attached())
         return;
-    /* Taken after the copy finished: every copied block was written before this LSN. */
-    Lsn lsn = current_mark_lsn();
-    if (!walk_relation_dir(dir, mark_every_block, &lsn)) {
+    if (!walk_relation_dir(dir, mark_every_block, nullptr)) {
         char reason[MAXPGPATH + 64];
         snprintf(reason, sizeof(reason), "directory \"%s\" was copied but is not a database directory", dir);
         restart_tracking(reason);

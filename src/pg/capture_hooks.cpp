@@ -3,7 +3,8 @@
  * storage-manager hooks (patches/), chained to any hook installed before us.
  *
  * The write path is ptrack_mdwrite/ptrack_mdextend -> capture_write() ->
- * Map::mark(): no lock, no allocation, no error.  Temporary relations are
+ * capture_block_written() -> Map::mark_hashed(): no lock, no allocation, no
+ * error.  Temporary relations are
  * skipped: they never survive a restart and no backup copies them.
  *
  * Blocks removed by truncation need no capture: a backup tool takes every
@@ -35,7 +36,7 @@ inline void capture_write(const RelFileNodeBackend& rnode, ForkNumber forknum, B
     if (RelFileNodeBackendIsTemp(rnode))
         return;
     const RelFork rel{rnode.node.spcNode, rnode.node.dbNode, rnode.node.relNode, static_cast<uint8_t>(forknum)};
-    capture_block(rel, blocknum, current_mark_lsn());
+    capture_block_written(rel, blocknum);
 }
 
 void ptrack_mdwrite(RelFileNodeBackend rnode, ForkNumber forknum, BlockNumber blocknum)

@@ -44,6 +44,7 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
+#include "capture.h"
 #include "map_persistence.h"
 #include "ptrack/map_delta.h"
 #include "ptrack/map_file.h"
@@ -498,8 +499,13 @@ void flush_map()
 
     instr_time start_time;
     INSTR_TIME_SET_CURRENT(start_time);
-    /* Every mark from now on stores a value >= start_lsn: the next delta's threshold. */
+    /*
+     * Every mark announced from now on stores a value >= start_lsn; the marks
+     * already in progress may hold an older LSN, so let them finish before the
+     * map is read.  Then start_lsn is the next delta's threshold.
+     */
     const Lsn start_lsn = current_mark_lsn();
+    wait_for_marks_in_progress();
     MapFileHeader header{};
     fill_flush_header(&header);
 

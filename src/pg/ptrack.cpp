@@ -14,12 +14,14 @@
 extern "C" {
 #include "postgres.h"
 
+#include "access/twophase.h"
 #include "access/xlog.h"
 #include "access/xlogrecovery.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
+#include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/guc.h"
 
@@ -60,6 +62,12 @@ Size shared_state_bytes(const MapGeometry& geometry)
     return header + geometry.region_bytes() + kLineBytes;
 }
 
+/* One mark announcement line per PGPROC (capture.h). */
+uint32_t announcement_slots()
+{
+    return static_cast<uint32_t>(MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts);
+}
+
 void* region_of(SharedState* state)
 {
     const uintptr_t header_end = reinterpret_cast<uintptr_t>(state) + sizeof(SharedState);
@@ -70,8 +78,10 @@ void ptrack_shmem_request()
 {
     if (prev_shmem_request_hook)
         prev_shmem_request_hook();
-    if (map_size_mb > 0)
+    if (map_size_mb > 0) {
         RequestAddinShmemSpace(shared_state_bytes(configured_geometry()));
+        RequestAddinShmemSpace(announcement_slots() * sizeof(MarkAnnouncement));
+    }
 }
 
 void ptrack_shmem_startup()
@@ -95,7 +105,14 @@ void ptrack_shmem_startup()
         Map fresh(region_of(state), geometry);
         load_map(state, &fresh);
     }
+    const uint32_t slots = announcement_slots();
+    auto* lines = static_cast<MarkAnnouncement*>(
+        ShmemInitStruct("ptrack mark announcements", slots * sizeof(MarkAnnouncement), &found));
+    if (!found)
+        memset(static_cast<void*>(lines), 0, slots * sizeof(MarkAnnouncement));
     LWLockRelease(AddinShmemInitLock);
+    announcements = lines;
+    announcement_count = slots;
 
     map = Map(region_of(state), state->geometry);
     shared = state;

@@ -1,0 +1,497 @@
+# Copyright (c) the ptrack authors
+#
+# 011_untrusted_map.pl -- a stored map that cannot be trusted is rejected
+# (DESIGN.md section 4): one WARNING naming the reason, the file removed, a
+# fresh map and a new ptrack_init_lsn(), so that a backup tool asking for
+# changes since an older LSN is told to take a full backup.
+#
+# For every case the test asserts:
+#   - exactly one WARNING 'ptrack map file "ptrack.map" is not trusted
+#     because <reason>' with the exact expected reason;
+#   - after a clean stop, the rejected ptrack.map is gone right after the
+#     start (before any checkpoint could write a new one);
+#   - ptrack_init_lsn() is new and later than an L read before the stop
+#     (after a crash: an L read before the changes the crash lost; the new
+#     init_lsn is also checked to be >= the end of the crashed run's WAL);
+#   - ptrack_get_pagemapset(L) and ptrack_get_change_stat(L) refuse L with
+#     "start_lsn L is older than ptrack_init_lsn() NEW";
+#   - after some work and a checkpoint, ptrack.map is a valid file (header
+#     CRC checked here, independently of the server) carrying the new
+#     init_lsn, and the page-LSN oracle (t/lib/PtrackOracle.pm) passes from
+#     the new init_lsn: the fresh map tracks everything from there.
+#
+# Cases:
+#   4. the file damaged while the server is stopped: header field (header
+#      CRC), magic, truncated, empty (too short for a header), bytes
+#      appended, garbage of the same size; a map from another cluster;
+#      ptrack.map_size changed (64MB -> 32MB); data checksums enabled with
+#      pg_checksums; the last batch of ptrack.map.delta cut short, and the
+#      delta file removed (the map is then older than the latest checkpoint);
+#   4b. not a rejection: a chunk of the data area (in the segment summary, and
+#      in the slots) or an entry of the chunk CRC table damaged.  The map is
+#      kept and the damaged chunk made conservative (one WARNING "N of M
+#      chunks failed their checksum"): ptrack_init_lsn() unchanged, every
+#      block listed before the stop still listed, the oracle passes from an L
+#      read before the stop;
+#   5. pg_resetwal on a cleanly stopped cluster;
+#   6. a node restored from pg_basebackup, a streaming standby made from the
+#      same backup, and the old primary after pg_rewind against the promoted
+#      standby (all: backup_label present);
+#   7. full_page_writes = off: clean restart trusted, immediate stop not
+#      trusted; wal_level = minimal: clean restart trusted (with the WAL-
+#      skipping path of CREATE TABLE + big INSERT in one transaction checked
+#      by the oracle), immediate stop not trusted.
+
+use strict;
+use warnings;
+
+use File::Copy qw(copy);
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use PtrackCluster
+  qw(ptrack_node map_header delta_batches log_position log_since not_trusted_re count_matches init_lsn);
+use PtrackOracle qw(block_counts lsn_to_int missed_blocks pagemapset);
+
+my %reason = (
+	header_crc => 'its header checksum does not match',
+	magic => 'it is not a ptrack map file (bad magic number)',
+	size => 'its size does not match its header',
+	short => 'it is too short to hold a header',
+	other => 'it belongs to another database cluster (system identifier differs)',
+	map_size => 'ptrack.map_size changed since it was written',
+	checksums => 'data checksums were enabled or disabled since it was written',
+	older => 'it is older than the latest checkpoint (a flush was missed, or the WAL was reset)',
+	backup_label =>
+	  'a backup_label file is present (the data directory was restored from a backup or rewound)',
+	fpw => 'the server crashed while full_page_writes was off, so recovery cannot re-mark pages',
+	minimal => 'the server crashed while wal_level was minimal, so recovery cannot re-mark pages',
+);
+
+sub show_misses
+{
+	my (@misses) = @_;
+	return '' unless @misses;
+	my $n = @misses;
+	splice(@misses, 20) if @misses > 20;
+	return join("\n", "$n misses, first ones:", @misses);
+}
+
+# Some changes: an update, a delete, a new table with an index.
+my $work_round = 0;
+sub workload
+{
+	my ($node) = @_;
+	$work_round++;
+	$node->safe_psql(
+		'postgres', qq{
+UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid % 100 = $work_round % 100;
+DELETE FROM pgbench_accounts WHERE aid % 1000 = $work_round % 1000;
+CREATE TABLE work_$work_round AS SELECT g AS id, repeat('w', 100) AS pad FROM generate_series(1, 2000) g;
+CREATE INDEX ON work_$work_round (id);
+});
+}
+
+# The node was just started (log from $offset on) after $old_init and $L
+# were read.  Options:
+#   removed  the server stopped cleanly: ptrack.map must be gone at once
+#   writer   the node the workload runs on (a standby's primary)
+sub check_rejected
+{
+	my ($node, $offset, $label, $reason, $L, $old_init, %opts) = @_;
+	my $pgdata = $node->data_dir;
+
+	if ($opts{removed})
+	{
+		ok(!-e "$pgdata/ptrack.map" && !-e "$pgdata/ptrack.map.delta",
+			"$label: the rejected ptrack.map (and its delta) were removed at startup");
+	}
+
+	my $log = log_since($node, $offset);
+	is(count_matches($log, not_trusted_re(undef)), 1, "$label: exactly one map rejection logged");
+	like($log, not_trusted_re($reason), "$label: WARNING ... is not trusted because $reason");
+
+	my $new_init = init_lsn($node);
+	isnt($new_init, $old_init, "$label: ptrack_init_lsn() changed ($old_init -> $new_init)");
+	cmp_ok(lsn_to_int($new_init), '>', lsn_to_int($L),
+		"$label: the new ptrack_init_lsn() $new_init is later than L $L");
+
+	foreach my $fn ('ptrack_get_pagemapset', 'ptrack_get_change_stat')
+	{
+		my ($ret, $out, $err) =
+		  $node->psql('postgres', "SELECT count(*) FROM $fn('$L')");
+		isnt($ret, 0, "$label: $fn(L) fails");
+		like(
+			$err,
+			qr/ERROR:  start_lsn \Q$L\E is older than ptrack_init_lsn\(\) \Q$new_init\E/,
+			"$label: $fn(L) says L is older than ptrack_init_lsn()");
+	}
+
+	# The fresh map tracks everything from the new init_lsn.
+	my $baseline = block_counts($pgdata);
+	my $writer = $opts{writer} // $node;
+	workload($writer);
+	$writer->safe_psql('postgres', 'CHECKPOINT');
+	if ($writer != $node)
+	{
+		# A restartpoint, at the checkpoint just replayed.
+		$writer->wait_for_catchup($node, 'replay', $writer->lsn('insert'));
+		$node->safe_psql('postgres', 'CHECKPOINT');
+	}
+
+	my $header = map_header($pgdata);
+	ok($header && $header->{magic} eq 'PTRACKMP' && $header->{crc_ok},
+		"$label: a checkpoint wrote a valid ptrack.map");
+	is($header && $header->{init_lsn}, $new_init,
+		"$label: the new ptrack.map carries the new init_lsn");
+
+	my %stats;
+	my @misses = missed_blocks(
+		$node, $new_init,
+		forks => [ 'main', 'vm', 'init' ],
+		baseline => $baseline,
+		stats => \%stats);
+	is(scalar @misses, 0, "$label: oracle from the new init_lsn passes")
+	  or diag(show_misses(@misses));
+	cmp_ok($stats{at_or_after}, '>', 50,
+		"$label: the oracle saw blocks changed since the new init_lsn ($stats{at_or_after})");
+	return $new_init;
+}
+
+# ---------------------------------------------------------------------------
+# 4. Damaged files, another cluster's map, map_size, data checksums
+# ---------------------------------------------------------------------------
+
+# wal_keep_size: pg_rewind needs the old primary's WAL back to the last
+# common checkpoint.
+my $node = ptrack_node('untrusted', allows_streaming => 1,
+	conf => "autovacuum = off\nwal_keep_size = 1GB\n");
+$node->start;
+my $pgdata = $node->data_dir;
+$node->safe_psql('postgres', 'CREATE EXTENSION ptrack');
+$node->command_ok([ 'pgbench', '-i', '-q', '-s', '1', 'postgres' ], 'pgbench -i -s 1');
+$node->safe_psql('postgres', 'CHECKPOINT');
+my $header = map_header($pgdata);
+ok($header && $header->{crc_ok}, 'ptrack.map exists and its header is valid');
+my $map_bytes = $header->{size};
+my $data_offset = 8192;    # 64 MB map: 512-byte header + 4 KB-aligned CRC table
+cmp_ok($map_bytes, '>', 60 * 1024 * 1024, "ptrack.map is $map_bytes bytes");
+
+# Stop the node cleanly, $mutate->() the stopped data directory, start, and
+# check the rejection.  (The previous case ended with work and checkpoints,
+# so the shutdown checkpoint appends a batch to ptrack.map.delta.)
+sub stopped_case
+{
+	my ($label, $reason, $mutate) = @_;
+	my $old_init = init_lsn($node);
+	my $L = $node->lsn('insert');
+	$node->stop;
+	$mutate->();
+	my $offset = log_position($node);
+	$node->start;
+	check_rejected($node, $offset, $label, $reason, $L, $old_init, removed => 1);
+}
+
+# XORs $len bytes at $pos with 0xFF.
+sub flip_bytes
+{
+	my ($pos, $len) = @_;
+	my $file = "$pgdata/ptrack.map";
+	open(my $fh, '+<:raw', $file) or die "$file: $!";
+	seek($fh, $pos, 0) or die "seek: $!";
+	my $bytes;
+	read($fh, $bytes, $len) == $len or die "short read of $file";
+	seek($fh, $pos, 0) or die "seek: $!";
+	print $fh ($bytes ^ ("\xFF" x $len));
+	close $fh or die "close: $!";
+}
+
+sub set_size
+{
+	my ($size) = @_;
+	truncate("$pgdata/ptrack.map", $size) or die "truncate: $!";
+}
+
+# 4b. Damaged chunks: kept, made conservative.
+sub damaged_chunk_case
+{
+	my ($label, $mutate) = @_;
+	workload($node);
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	my $init = init_lsn($node);
+	my $L = $node->lsn('insert');
+	my $baseline = block_counts($pgdata);
+	workload($node);
+	my $before = pagemapset($node, 'postgres', $L);
+	$node->stop;
+	$mutate->();
+	my $offset = log_position($node);
+	$node->start;
+	my $log = log_since($node, $offset);
+	is(count_matches($log, qr/WARNING:  ptrack map file "ptrack\.map": 1 of \d+ chunks failed their checksum$/m),
+		1, "$label: one WARNING about one damaged chunk");
+	unlike($log, not_trusted_re(undef), "$label: the map is not rejected");
+	is(init_lsn($node), $init, "$label: ptrack_init_lsn() is unchanged");
+	my $after = pagemapset($node, 'postgres', $L);
+	my (@lost, $before_n, $after_n);
+	foreach my $path (keys %$before)
+	{
+		my %now = map { $_ => 1 } @{ ($after->{$path} // { blocks => [] })->{blocks} };
+		push @lost, map { "$path block $_" } grep { !$now{$_} } @{ $before->{$path}{blocks} };
+	}
+	$before_n += scalar @{ $_->{blocks} } foreach values %$before;
+	$after_n += scalar @{ $_->{blocks} } foreach values %$after;
+	is(scalar @lost, 0, "$label: the $before_n blocks listed before the stop are still listed ($after_n now)")
+	  or diag(show_misses(@lost));
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	my %stats;
+	my @misses = missed_blocks(
+		$node, $L,
+		forks => [ 'main', 'vm', 'init' ],
+		baseline => $baseline,
+		stats => \%stats);
+	is(scalar @misses, 0, "$label: oracle from L passes") or diag(show_misses(@misses));
+	cmp_ok($stats{at_or_after}, '>', 50, "$label: the oracle saw blocks changed since L ($stats{at_or_after})");
+}
+
+damaged_chunk_case('first chunk (segment summary) damaged', sub { flip_bytes($data_offset + 4000, 16) });
+damaged_chunk_case('a chunk of slots damaged',
+	sub { flip_bytes($data_offset + int(($map_bytes - $data_offset) / 2) + 100, 16) });
+damaged_chunk_case('an entry of the chunk CRC table damaged', sub { flip_bytes(512 + 4 * 300, 4) });
+
+# 4. Rejections.
+stopped_case('header field damaged', $reason{header_crc}, sub { flip_bytes(64, 1) });
+stopped_case('magic damaged', $reason{magic}, sub { flip_bytes(0, 2) });
+stopped_case('truncated to half', $reason{size}, sub { set_size(int($map_bytes / 2)) });
+stopped_case('empty file', $reason{short}, sub { set_size(0) });
+stopped_case(
+	'bytes appended',
+	$reason{size},
+	sub {
+		open(my $fh, '>>:raw', "$pgdata/ptrack.map") or die $!;
+		print $fh "\0" x 8192;
+		close $fh;
+	});
+stopped_case(
+	'garbage of the same size',
+	$reason{magic},
+	sub {
+		open(my $fh, '>:raw', "$pgdata/ptrack.map") or die $!;
+		my $block = join('', map { chr(int(rand(256))) } 1 .. 4096);
+		print $fh $block x ($map_bytes / 4096);
+		close $fh;
+	});
+
+# Another cluster's map, same size and a valid CRC.
+my $other = ptrack_node('other_cluster');
+$other->start;
+$other->safe_psql('postgres', 'CHECKPOINT');
+$other->stop;
+my $other_header = map_header($other->data_dir);
+ok($other_header && $other_header->{crc_ok} && $other_header->{size} == $map_bytes,
+	'the other cluster wrote a valid map of the same size');
+stopped_case('map of another cluster', $reason{other},
+	sub { copy($other->data_dir . '/ptrack.map', "$pgdata/ptrack.map") or die "copy: $!" });
+
+stopped_case('ptrack.map_size 64MB -> 32MB', $reason{map_size},
+	sub { $node->append_conf('postgresql.conf', 'ptrack.map_size = 32MB') });
+is($node->safe_psql('postgres', 'SHOW ptrack.map_size'), '32MB', 'ptrack.map_size is now 32MB');
+# (32MB from now on.)
+
+stopped_case(
+	'pg_checksums --enable',
+	$reason{checksums},
+	sub {
+		$node->command_ok([ 'pg_checksums', '--enable', '-D', $pgdata ],
+			'pg_checksums --enable on the stopped cluster');
+	});
+is($node->safe_psql('postgres', 'SHOW data_checksums'), 'on', 'data checksums are on');
+
+# The delta: its last batch is the flush of the shutdown checkpoint.  Without
+# it the map is older than the latest checkpoint.
+sub last_batch_is_latest
+{
+	my ($label) = @_;
+	my @batches = delta_batches($pgdata);
+	my $controldata = `pg_controldata -D '$pgdata'`;
+	my ($redo) = $controldata =~ /^Latest checkpoint's REDO location:\s+(\S+)$/m;
+	ok(@batches && $batches[-1]{flush_redo_lsn} eq $redo,
+		"$label: the last batch of ptrack.map.delta is the flush of the latest checkpoint ($redo)");
+	return @batches;
+}
+stopped_case(
+	'last delta batch cut short',
+	$reason{older},
+	sub {
+		last_batch_is_latest('last delta batch cut short');
+		truncate("$pgdata/ptrack.map.delta", (-s "$pgdata/ptrack.map.delta") - 8) or die "truncate: $!";
+	});
+stopped_case(
+	'delta file removed',
+	$reason{older},
+	sub {
+		last_batch_is_latest('delta file removed');
+		unlink("$pgdata/ptrack.map.delta") or die "unlink: $!";
+	});
+
+# ---------------------------------------------------------------------------
+# 5. pg_resetwal
+# ---------------------------------------------------------------------------
+
+stopped_case(
+	'pg_resetwal',
+	$reason{older},
+	sub {
+		$node->command_ok([ 'pg_resetwal', '-D', $pgdata ], 'pg_resetwal on the stopped cluster');
+	});
+
+# ---------------------------------------------------------------------------
+# 6. Restored from a base backup; a standby; pg_rewind
+# ---------------------------------------------------------------------------
+
+workload($node);
+my $old_init = init_lsn($node);
+my $L = $node->lsn('insert');
+$node->backup('bk');
+my $bk_header = map_header($node->backup_dir . '/bk');
+ok($bk_header && $bk_header->{crc_ok}, 'pg_basebackup copied a valid ptrack.map');
+
+my $restored = PostgreSQL::Test::Cluster->new('restored');
+$restored->init_from_backup($node, 'bk');
+my $offset = log_position($restored);
+$restored->start;
+check_rejected($restored, $offset, 'restored from pg_basebackup', $reason{backup_label}, $L, $old_init);
+$restored->stop;
+
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($node, 'bk', has_streaming => 1);
+$offset = log_position($standby);
+$standby->start;
+is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'), 't', 'the standby is in recovery');
+check_rejected($standby, $offset, 'standby from pg_basebackup', $reason{backup_label},
+	$L, $old_init, writer => $node);
+
+# Promote the standby and make the old primary diverge.  L: the last LSN
+# both share (the start of a backup taken before the promotion).
+$node->wait_for_catchup($standby, 'replay', $node->lsn('insert'));
+$old_init = init_lsn($node);
+$L = $node->lsn('insert');
+$standby->promote;
+$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+  or die 'the standby was not promoted';
+$node->safe_psql('postgres', 'UPDATE pgbench_accounts SET abalance = 7 WHERE aid % 100 = 0');
+$standby->safe_psql(
+	'postgres', q{
+UPDATE pgbench_accounts SET abalance = 8 WHERE aid % 10 = 0;
+CREATE TABLE after_promote AS SELECT g AS id, repeat('p', 200) AS pad FROM generate_series(1, 20000) g;
+CHECKPOINT;
+});
+$node->stop;
+
+# pg_rewind copies the source's configuration files too: keep the target's.
+my $conf_copy = $node->basedir . '/postgresql.conf.keep';
+copy("$pgdata/postgresql.conf", $conf_copy) or die "copy: $!";
+$node->command_ok(
+	[
+		'pg_rewind', '--target-pgdata', $pgdata,
+		'--source-server', $standby->connstr('postgres'),
+		'--no-sync'
+	],
+	'pg_rewind of the old primary against the promoted standby');
+copy($conf_copy, "$pgdata/postgresql.conf") or die "copy: $!";
+ok(-e "$pgdata/backup_label", 'pg_rewind left a backup_label');
+$node->enable_streaming($standby);
+$offset = log_position($node);
+$node->start;
+is($node->safe_psql('postgres', 'SELECT pg_is_in_recovery()'), 't', 'the rewound node is a standby');
+# ptrack_init_lsn() is set at the first call, from the replay position.
+$standby->wait_for_catchup($node, 'replay', $standby->lsn('insert'));
+check_rejected($node, $offset, 'rewound with pg_rewind', $reason{backup_label},
+	$L, $old_init, writer => $standby);
+is( $node->safe_psql('postgres', 'SELECT count(*) FROM after_promote'),
+	'20000', 'the rewound node replays the new primary');
+$node->stop;
+$standby->stop;
+
+# ---------------------------------------------------------------------------
+# 7. full_page_writes = off, wal_level = minimal
+# ---------------------------------------------------------------------------
+
+# Clean restart: trusted.  Then work, a checkpoint, more work and an immediate
+# stop: not trusted.
+sub crash_case
+{
+	my ($n, $label, $reason) = @_;
+	my $npgdata = $n->data_dir;
+	$n->start;
+	$n->safe_psql('postgres', 'CREATE EXTENSION ptrack');
+	$n->command_ok([ 'pgbench', '-i', '-q', '-s', '1', 'postgres' ], "$label: pgbench -i -s 1");
+	$n->safe_psql('postgres', 'CHECKPOINT');
+	my $init = init_lsn($n);
+
+	my $Lc = $n->lsn('insert');
+	my $baseline = block_counts($npgdata);
+	workload($n);
+	# Big enough (> wal_skip_threshold 2MB) to be synced rather than WAL-logged
+	# at commit under wal_level = minimal; and a small one, WAL-logged whole.
+	$n->safe_psql(
+		'postgres', q{
+BEGIN;
+CREATE TABLE skipped_big (id int, pad text);
+INSERT INTO skipped_big SELECT g, repeat('b', 200) FROM generate_series(1, 40000) g;
+CREATE INDEX ON skipped_big (id);
+COMMIT;
+BEGIN;
+CREATE TABLE skipped_small (id int, pad text);
+INSERT INTO skipped_small SELECT g, 's' FROM generate_series(1, 100) g;
+COMMIT;
+});
+	my $off = log_position($n);
+	$n->restart;
+	my $log = log_since($n, $off);
+	unlike($log, not_trusted_re(undef), "$label, clean restart: the map is trusted");
+	is(init_lsn($n), $init, "$label, clean restart: ptrack_init_lsn() is unchanged");
+	$n->safe_psql('postgres', 'CHECKPOINT');
+	my %stats;
+	my @misses = missed_blocks(
+		$n, $Lc,
+		forks => [ 'main', 'vm', 'init' ],
+		baseline => $baseline,
+		stats => \%stats);
+	is(scalar @misses, 0, "$label, clean restart: oracle from L passes")
+	  or diag(show_misses(@misses));
+	cmp_ok($stats{extended}, '>', 500,
+		"$label, clean restart: the oracle saw the new tables' blocks ($stats{extended})");
+
+	workload($n);
+	$n->safe_psql('postgres', 'CHECKPOINT');
+	my $old = init_lsn($n);
+	# L: before changes whose marks the crash loses.
+	my $Lx = $n->lsn('insert');
+	workload($n);
+	my $wal_end = $n->lsn('insert');
+	$n->stop('immediate');
+	$off = log_position($n);
+	$n->start;
+	like(log_since($n, $off), qr/database system was interrupted/,
+		"$label: the server went through crash recovery");
+	my $new = check_rejected($n, $off, "$label, immediate stop", $reason, $Lx, $old);
+	# Everything after the end of recovery is tracked; nothing before it can
+	# be vouched for.
+	cmp_ok(lsn_to_int($new), '>=', lsn_to_int($wal_end),
+		"$label, immediate stop: the new ptrack_init_lsn() $new is not before the end of the WAL "
+		  . "the crashed server wrote ($wal_end)");
+	$n->stop;
+}
+
+my $fpw = ptrack_node('fpw_off', conf => "autovacuum = off\nfull_page_writes = off\n");
+crash_case($fpw, 'full_page_writes = off', $reason{fpw});
+
+my $minimal = ptrack_node('wal_minimal', wal_level => 'minimal', conf => "autovacuum = off\n");
+crash_case($minimal, 'wal_level = minimal', $reason{minimal});
+
+done_testing();

@@ -1,0 +1,273 @@
+# Copyright (c) the ptrack authors
+#
+# 013_tracking_off.pl -- ptrack switched off, two ways, never gets in the way
+# of the server, and switching it back on never trusts a map that missed
+# changes.
+#
+# A. ptrack.map_size = 0 (library preloaded):
+#    - the map files of an earlier run (ptrack.map, ptrack.map.delta, and a
+#      leftover ptrack.map.tmp) are removed at startup, and none is written
+#      afterwards;
+#    - CHECKPOINT, pg_backup_start()/pg_backup_stop(), pg_basebackup and a
+#      pgbench run work;
+#    - ptrack_version() works; ptrack_init_lsn(), ptrack_get_pagemapset()
+#      and ptrack_get_change_stat() (NULL argument too) raise "ptrack change
+#      tracking is disabled";
+#    - back to 64MB: tracking starts afresh (new ptrack_init_lsn() later than
+#      the old one) and the page-LSN oracle passes from it.
+# B. ptrack not in shared_preload_libraries:
+#    - the functions raise "ptrack is not loaded through
+#      shared_preload_libraries" (ptrack_version() works), also in a database
+#      where CREATE EXTENSION ran without the library preloaded, and after
+#      LOAD 'ptrack' in the session; the server stays up (no backend
+#      terminated by a signal);
+#    - CHECKPOINT, pg_backup_start()/pg_backup_stop() and pg_basebackup work;
+#    - preloaded again after a clean stop: the stored map missed the changes
+#      made meanwhile and is rejected ("older than the latest checkpoint");
+#    - preloaded again after a crash of the run without it, with no
+#      checkpoint in that run: the map is trusted (recovery replays, and so
+#      re-marks, every change of that run) and the oracle passes from an L
+#      read before that run.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use PtrackCluster qw(ptrack_node map_header log_position log_since not_trusted_re init_lsn);
+use PtrackOracle qw(block_counts lsn_to_int missed_blocks);
+
+my $node = ptrack_node(
+	'tracking_off',
+	allows_streaming => 1,
+	conf => "autovacuum = off\ncheckpoint_timeout = 1h\nmax_wal_size = 1GB\n");
+$node->start;
+my $pgdata = $node->data_dir;
+$node->safe_psql('postgres', 'CREATE EXTENSION ptrack');
+$node->command_ok([ 'pgbench', '-i', '-q', '-s', '2', 'postgres' ], 'pgbench -i -s 2');
+$node->safe_psql('postgres',
+	'CHECKPOINT; UPDATE pgbench_branches SET bbalance = 1; CHECKPOINT;');
+my $init_before = init_lsn($node);
+
+my @functions = (
+	[ 'ptrack_init_lsn()', 'SELECT ptrack_init_lsn()' ],
+	[ "ptrack_get_pagemapset('0/1')", "SELECT count(*) FROM ptrack_get_pagemapset('0/1')" ],
+	[ 'ptrack_get_pagemapset(NULL)', 'SELECT count(*) FROM ptrack_get_pagemapset(NULL)' ],
+	[ "ptrack_get_change_stat('0/1')", "SELECT * FROM ptrack_get_change_stat('0/1')" ],
+	[ 'ptrack_get_change_stat(NULL)', 'SELECT * FROM ptrack_get_change_stat(NULL)' ]);
+
+# Every function but ptrack_version() fails with $message (in database $db).
+sub functions_refuse
+{
+	my ($label, $message, $db, $prefix) = @_;
+	$prefix //= '';
+	is($node->safe_psql($db, 'SELECT ptrack_version()'), '2.1', "$label: ptrack_version() works");
+	foreach my $f (@functions)
+	{
+		my ($name, $sql) = @$f;
+		my ($ret, $out, $err) = $node->psql($db, "$prefix$sql", on_error_stop => 1);
+		isnt($ret, 0, "$label: $name fails");
+		like($err, qr/ERROR:  \Q$message\E\n/, "$label: $name: $message");
+	}
+}
+
+# CHECKPOINT, an exclusive-free backup in one session, and pg_basebackup.
+sub backups_work
+{
+	my ($label, $name) = @_;
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	pass("$label: CHECKPOINT works");
+	my $stop = $node->safe_psql(
+		'postgres', q{
+SELECT pg_backup_start('ptrack test', true) IS NOT NULL;
+SELECT lsn IS NOT NULL FROM pg_backup_stop();
+});
+	is($stop, "t\nt", "$label: pg_backup_start() and pg_backup_stop() work");
+	my $dir = $node->backup_dir . "/$name";
+	$node->command_ok(
+		[ 'pg_basebackup', '-D', $dir, '-h', $node->host, '-p', $node->port, '--checkpoint=fast', '--no-sync' ],
+		"$label: pg_basebackup works");
+	return $dir;
+}
+
+sub show_misses
+{
+	my (@misses) = @_;
+	return '' unless @misses;
+	my $n = @misses;
+	splice(@misses, 20) if @misses > 20;
+	return join("\n", "$n misses, first ones:", @misses);
+}
+
+sub oracle_passes
+{
+	my ($lsn, $baseline, $label) = @_;
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	my %stats;
+	my @misses = missed_blocks(
+		$node, $lsn,
+		forks => [ 'main', 'vm', 'init' ],
+		baseline => $baseline,
+		stats => \%stats);
+	is(scalar @misses, 0, "$label: every block with page LSN >= $lsn or extended after it is listed")
+	  or diag(show_misses(@misses));
+	cmp_ok($stats{at_or_after}, '>', 100,
+		"$label: the oracle saw blocks changed since L ($stats{at_or_after})");
+}
+
+# ---------------------------------------------------------------------------
+# A. ptrack.map_size = 0
+# ---------------------------------------------------------------------------
+
+$node->stop;
+ok(-e "$pgdata/ptrack.map" && -e "$pgdata/ptrack.map.delta",
+	'map_size = 0: ptrack.map and ptrack.map.delta exist from the earlier run');
+open(my $tmp, '>:raw', "$pgdata/ptrack.map.tmp") or die "ptrack.map.tmp: $!";
+print $tmp "\x55" x 10000;
+close $tmp;
+
+$node->append_conf('postgresql.conf', 'ptrack.map_size = 0');
+my $offset = log_position($node);
+$node->start;
+my $log = log_since($node, $offset);
+foreach my $file ('ptrack.map', 'ptrack.map.delta', 'ptrack.map.tmp')
+{
+	ok(!-e "$pgdata/$file", "map_size = 0: $file was removed at startup");
+	like($log, qr/LOG:  ptrack removed file "\Q$file\E"$/m, "map_size = 0: the removal of $file is logged");
+}
+unlike($log, qr/WARNING/, 'map_size = 0: no WARNING at startup');
+is($node->safe_psql('postgres', 'SHOW ptrack.map_size'), '0', 'SHOW ptrack.map_size says 0');
+
+functions_refuse('map_size = 0', 'ptrack change tracking is disabled', 'postgres');
+my ($ret, $out, $err) = $node->psql('postgres', 'SELECT ptrack_init_lsn()');
+like($err, qr/HINT:  Set ptrack.map_size/, 'map_size = 0: the error hints at ptrack.map_size');
+
+$node->command_ok([ 'pgbench', '-n', '-c', '2', '-j', '2', '-T', '3', 'postgres' ],
+	'map_size = 0: pgbench runs');
+my $bk = backups_work('map_size = 0', 'off_backup');
+ok(!-e "$bk/ptrack.map", 'map_size = 0: the backup holds no ptrack.map');
+ok(!-e "$pgdata/ptrack.map" && !-e "$pgdata/ptrack.map.delta" && !-e "$pgdata/ptrack.map.tmp",
+	'map_size = 0: checkpoints write no map file');
+
+# Back on: a fresh start.
+my $L_off = $node->lsn('insert');
+$node->stop;
+$node->append_conf('postgresql.conf', 'ptrack.map_size = 64MB');
+$offset = log_position($node);
+$node->start;
+$log = log_since($node, $offset);
+like($log, qr/LOG:  ptrack map file "ptrack\.map" not found: change tracking starts now$/m,
+	'map_size back to 64MB: no map file, tracking starts now');
+unlike($log, qr/WARNING/, 'map_size back to 64MB: no WARNING at startup');
+my $init_on = init_lsn($node);
+cmp_ok(lsn_to_int($init_on), '>', lsn_to_int($L_off),
+	"map_size back to 64MB: the new ptrack_init_lsn() $init_on is later than the last LSN of the "
+	  . "run without tracking ($L_off) and than the old one ($init_before)");
+my $baseline = block_counts($pgdata);
+$node->command_ok([ 'pgbench', '-n', '-c', '2', '-j', '2', '-T', '3', 'postgres' ],
+	'map_size back to 64MB: pgbench runs');
+oracle_passes($init_on, $baseline, 'map_size back to 64MB, L = ptrack_init_lsn()');
+
+# ---------------------------------------------------------------------------
+# B. Not in shared_preload_libraries
+# ---------------------------------------------------------------------------
+
+$node->safe_psql('postgres', 'CHECKPOINT');
+my $L_before = $node->lsn('insert');
+$node->stop;
+my $header = map_header($pgdata);
+ok($header && $header->{crc_ok}, 'not preloaded: ptrack.map of the tracked run exists');
+$node->append_conf('postgresql.conf', "shared_preload_libraries = ''");
+$offset = log_position($node);
+$node->start;
+is($node->safe_psql('postgres', 'SHOW shared_preload_libraries'), '', 'not preloaded: shared_preload_libraries is empty');
+
+my $not_loaded = 'ptrack is not loaded through shared_preload_libraries';
+functions_refuse('not preloaded', $not_loaded, 'postgres');
+($ret, $out, $err) = $node->psql('postgres', 'SELECT ptrack_init_lsn()');
+like($err, qr/HINT:  Add ptrack to shared_preload_libraries/,
+	'not preloaded: the error hints at shared_preload_libraries');
+
+$node->safe_psql('postgres', 'CREATE DATABASE db2');
+$node->safe_psql('db2', 'CREATE EXTENSION ptrack');
+is($node->safe_psql('db2', "SELECT extversion FROM pg_extension WHERE extname = 'ptrack'"),
+	'2.1', 'not preloaded: CREATE EXTENSION works');
+functions_refuse('not preloaded, new database', $not_loaded, 'db2');
+functions_refuse('not preloaded, after LOAD', $not_loaded, 'db2', "LOAD 'ptrack';\n");
+
+# LOAD and the calls in one session, then more work in the same session.
+($ret, $out, $err) = $node->psql(
+	'db2', q{
+LOAD 'ptrack';
+SELECT ptrack_version();
+SELECT ptrack_init_lsn();
+SELECT count(*) FROM ptrack_get_pagemapset('0/1');
+SELECT 'still here';
+}, on_error_stop => 0);
+like($out, qr/^2\.1\nstill here$/, 'not preloaded: the session survives LOAD and the failed calls');
+like($err, qr/ERROR:  \Q$not_loaded\E/, 'not preloaded: the calls after LOAD fail with the same error');
+is($node->safe_psql('postgres', 'SELECT 1'), '1', 'not preloaded: the server is up');
+
+$node->command_ok([ 'pgbench', '-n', '-c', '2', '-j', '2', '-T', '3', 'postgres' ],
+	'not preloaded: pgbench runs');
+backups_work('not preloaded', 'not_loaded_backup');
+$log = log_since($node, $offset);
+unlike($log, qr/terminated by signal|was terminated|server process .* exited with exit code [^0]/,
+	'not preloaded: no server process died');
+is_deeply(map_header($pgdata), $header, 'not preloaded: ptrack.map is left as it was');
+
+# Preloaded again after a clean stop: the map missed this run's changes.
+my $L_unloaded = $node->lsn('insert');
+$node->stop;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'ptrack'");
+$offset = log_position($node);
+$node->start;
+$log = log_since($node, $offset);
+like(
+	$log,
+	not_trusted_re(
+		'it is older than the latest checkpoint (a flush was missed, or the WAL was reset)'),
+	'preloaded again after a clean stop: the map is not trusted, older than the latest checkpoint');
+my $init_again = init_lsn($node);
+cmp_ok(lsn_to_int($init_again), '>', lsn_to_int($L_unloaded),
+	"preloaded again: the new ptrack_init_lsn() $init_again is later than the end of the run "
+	  . "without ptrack ($L_unloaded)");
+($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('$L_before')");
+like($err, qr/ERROR:  start_lsn \Q$L_before\E is older than ptrack_init_lsn\(\) \Q$init_again\E/,
+	'preloaded again: an L from before the run without ptrack is refused');
+
+# Preloaded again after a crash of a run without ptrack and without any
+# checkpoint: recovery replays the whole run, so the map may be trusted.
+$node->safe_psql('postgres', 'CHECKPOINT');
+my $L_crash = $node->lsn('insert');
+my $baseline_crash = block_counts($pgdata);
+$node->stop;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = ''");
+$offset = log_position($node);
+$node->start;
+$node->safe_psql(
+	'postgres', q{
+UPDATE pgbench_accounts SET abalance = abalance + 5 WHERE aid % 10 = 0;
+CREATE TABLE untracked_run AS SELECT g AS id, repeat('u', 100) AS pad FROM generate_series(1, 20000) g;
+});
+unlike(log_since($node, $offset), qr/checkpoint starting/, 'run without ptrack: no checkpoint');
+$node->stop('immediate');
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'ptrack'");
+$offset = log_position($node);
+$node->start;
+$log = log_since($node, $offset);
+like($log, qr/database system was interrupted/, 'preloaded again after a crash: crash recovery ran');
+unlike($log, not_trusted_re(undef), 'preloaded again after a crash: the map is trusted');
+is(init_lsn($node), $init_again, 'preloaded again after a crash: ptrack_init_lsn() is unchanged');
+oracle_passes($L_crash, $baseline_crash, 'preloaded again after a crash, L read before the run');
+
+$log = PostgreSQL::Test::Utils::slurp_file($node->logfile);
+unlike($log, qr/terminated by signal/, 'no server process was terminated by a signal');
+
+$node->stop;
+done_testing();

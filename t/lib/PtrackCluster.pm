@@ -1,0 +1,291 @@
+# Copyright (c) the ptrack authors
+
+=pod
+
+=head1 NAME
+
+PtrackCluster - small helpers for TAP tests of ptrack's map persistence
+
+=head1 SYNOPSIS
+
+  use FindBin;
+  use lib "$FindBin::RealBin/lib";
+  use PtrackCluster qw(ptrack_node map_header log_position log_since
+    not_trusted_re init_lsn);
+
+  my $node = ptrack_node('name', allows_streaming => 1, map_size => '64MB',
+    conf => "autovacuum = off\n");
+  $node->start;
+  my $offset = log_position($node);
+  ...
+  my $header = map_header($node->data_dir);   # undef if no ptrack.map
+
+=head1 DESCRIPTION
+
+Creates (but does not start) a PostgreSQL::Test::Cluster node with ptrack in
+shared_preload_libraries, and reads the header of F<ptrack.map> on its own,
+from the byte layout documented in include/ptrack/map_file.h and
+src/engine/map_file.cpp, so that tests can tell one map file from another
+without asking the server.
+
+=cut
+
+package PtrackCluster;
+
+use strict;
+use warnings;
+
+use Carp;
+use Config;
+use Exporter 'import';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+
+our @EXPORT_OK = qw(
+  ptrack_node
+  map_header
+  delta_batches
+  log_position
+  log_since
+  not_trusted_re
+  count_matches
+  init_lsn
+);
+
+croak 'PtrackCluster needs a Perl with 64-bit integers'
+  unless $Config{ivsize} >= 8;
+
+=pod
+
+=head1 FUNCTIONS
+
+=over
+
+=item ptrack_node($name, %opts)
+
+A new, initialised, stopped node with:
+
+  shared_preload_libraries = 'ptrack'     (unless preload => 0)
+  ptrack.map_size = $opts{map_size}       (default 64MB)
+  wal_level = $opts{wal_level}            (default replica)
+  shared_buffers = 16MB, max_connections = 20
+
+Options: C<allows_streaming> and C<extra> are passed to init();
+C<conf> is appended to postgresql.conf last.
+
+=cut
+
+sub ptrack_node
+{
+	my ($name, %opts) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	my %init;
+	$init{allows_streaming} = $opts{allows_streaming} if $opts{allows_streaming};
+	$init{extra} = $opts{extra} if $opts{extra};
+	$node->init(%init);
+
+	my $preload = (!defined $opts{preload} || $opts{preload}) ? 'ptrack' : '';
+	my $map_size = $opts{map_size} // '64MB';
+	my $wal_level = $opts{wal_level} // 'replica';
+	my $conf = "shared_preload_libraries = '$preload'\n"
+	  . "ptrack.map_size = $map_size\n"
+	  . "wal_level = $wal_level\n"
+	  . "shared_buffers = 16MB\n"
+	  . "max_connections = 20\n";
+	$conf .= "max_wal_senders = 0\n" if $wal_level eq 'minimal';
+	$conf .= $opts{conf} if defined $opts{conf};
+	$node->append_conf('postgresql.conf', $conf);
+	return $node;
+}
+
+=pod
+
+=item map_header($pgdata, $file)
+
+Reads the header of C<$pgdata/$file> (default F<ptrack.map>) and returns a
+hashref, or undef if the file does not exist:
+
+  size                 file size in bytes
+  magic                the first 8 bytes as a string
+  version, system_identifier, data_checksum_version, chunk_bytes, flags,
+  timeline, base_id    integers
+  init_lsn, flush_redo_lsn    LSN text (%X/%X)
+  crc_ok               1 if the stored CRC-32C matches the first 508 bytes
+
+A file shorter than the header gives only C<size>.
+
+=cut
+
+# CRC-32C (Castagnoli), reflected, finalised; bitwise: the header is 508 bytes.
+sub _crc32c
+{
+	my ($data) = @_;
+	my $crc = 0xFFFFFFFF;
+	foreach my $byte (unpack('C*', $data))
+	{
+		$crc ^= $byte;
+		for (1 .. 8)
+		{
+			$crc = ($crc & 1) ? (($crc >> 1) ^ 0x82F63B78) : ($crc >> 1);
+		}
+	}
+	return $crc ^ 0xFFFFFFFF;
+}
+
+sub _lsn_text
+{
+	my ($value) = @_;
+	return sprintf('%X/%X', $value >> 32, $value & 0xFFFFFFFF);
+}
+
+sub map_header
+{
+	my ($pgdata, $file) = @_;
+	my $path = "$pgdata/" . ($file // 'ptrack.map');
+	return undef unless -e $path;
+	my $size = -s $path;
+	open(my $fh, '<:raw', $path) or croak "could not open \"$path\": $!";
+	my $bytes = '';
+	my $got = read($fh, $bytes, 512);
+	close $fh;
+	croak "could not read \"$path\": $!" unless defined $got;
+	return { size => $size } if $got < 512;
+
+	# Native byte order, like the server writes it (map_file.cpp offsets).
+	my %h = (size => $size, magic => substr($bytes, 0, 8));
+	$h{version} = unpack('L', substr($bytes, 8, 4));
+	$h{system_identifier} = unpack('Q', substr($bytes, 16, 8));
+	$h{data_checksum_version} = unpack('L', substr($bytes, 24, 4));
+	$h{chunk_bytes} = unpack('L', substr($bytes, 56, 4));
+	$h{flags} = unpack('L', substr($bytes, 60, 4));
+	$h{init_lsn} = _lsn_text(unpack('Q', substr($bytes, 64, 8)));
+	$h{flush_redo_lsn} = _lsn_text(unpack('Q', substr($bytes, 72, 8)));
+	$h{timeline} = unpack('L', substr($bytes, 80, 4));
+	$h{base_id} = unpack('Q', substr($bytes, 88, 8));
+	$h{crc_ok} =
+	  unpack('L', substr($bytes, 508, 4)) == _crc32c(substr($bytes, 0, 508)) ? 1 : 0;
+	return \%h;
+}
+
+=pod
+
+=item delta_batches($pgdata)
+
+The batches of C<$pgdata/ptrack.map.delta> (layout in
+include/ptrack/map_delta.h and src/engine/map_delta.cpp) up to the first one
+that is short or has a bad magic or header CRC: a list of hashrefs
+
+  offset, bytes        where the batch starts, its length (header + entries)
+  base_id, sequence, flags, entry_count, timeline
+  flush_redo_lsn, init_lsn    LSN text
+
+Entry CRCs are not checked.  The empty list if there is no delta file.
+
+=cut
+
+sub delta_batches
+{
+	my ($pgdata) = @_;
+	my $path = "$pgdata/ptrack.map.delta";
+	return () unless -e $path;
+	open(my $fh, '<:raw', $path) or croak "could not open \"$path\": $!";
+	my $size = -s $fh;
+	my @batches;
+	my $offset = 0;
+	while ($offset + 64 <= $size)
+	{
+		my $raw;
+		seek($fh, $offset, 0) or croak "seek: $!";
+		last unless read($fh, $raw, 64) == 64;
+		last unless substr($raw, 0, 8) eq 'PTRKDLTA';
+		last unless unpack('L', substr($raw, 60, 4)) == _crc32c(substr($raw, 0, 60));
+		my %b = (offset => $offset);
+		$b{base_id} = unpack('Q', substr($raw, 8, 8));
+		$b{sequence} = unpack('L', substr($raw, 16, 4));
+		$b{flags} = unpack('L', substr($raw, 20, 4));
+		$b{entry_count} = unpack('Q', substr($raw, 24, 8));
+		$b{flush_redo_lsn} = _lsn_text(unpack('Q', substr($raw, 32, 8)));
+		$b{init_lsn} = _lsn_text(unpack('Q', substr($raw, 40, 8)));
+		$b{timeline} = unpack('L', substr($raw, 48, 4));
+		$b{bytes} = 64 + 16 * $b{entry_count};
+		last if $offset + $b{bytes} > $size;
+		push @batches, \%b;
+		$offset += $b{bytes};
+	}
+	close $fh;
+	return @batches;
+}
+
+=pod
+
+=item log_position($node)
+
+The current size of the node's log file: pass it to log_since() to look only
+at what the server logs from now on.
+
+=item log_since($node, $offset)
+
+The node's log from byte C<$offset> on.
+
+=cut
+
+sub log_position
+{
+	my ($node) = @_;
+	return -s $node->logfile // 0;
+}
+
+sub log_since
+{
+	my ($node, $offset) = @_;
+	return PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset);
+}
+
+=pod
+
+=item not_trusted_re($reason)
+
+A regex for the server's WARNING about a rejected map, with C<$reason> the
+exact text of the reason (C<undef> for any reason).
+
+=item count_matches($text, $re)
+
+How many times C<$re> matches in C<$text>.
+
+=cut
+
+sub not_trusted_re
+{
+	my ($reason) = @_;
+	my $prefix = 'WARNING:  ptrack map file "ptrack\.map" is not trusted because ';
+	return defined $reason ? qr/$prefix\Q$reason\E$/m : qr/$prefix/;
+}
+
+sub count_matches
+{
+	my ($text, $re) = @_;
+	my $n = () = $text =~ /$re/g;
+	return $n;
+}
+
+=pod
+
+=item init_lsn($node)
+
+C<SELECT ptrack_init_lsn()> in database postgres.
+
+=cut
+
+sub init_lsn
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres', 'SELECT ptrack_init_lsn()');
+}
+
+=pod
+
+=back
+
+=cut
+
+1;
