@@ -31,7 +31,8 @@ mdextend_hook_type prev_mdextend_hook = nullptr;
 copydir_hook_type prev_copydir_hook = nullptr;
 ProcessSyncRequests_hook_type prev_ProcessSyncRequests_hook = nullptr;
 
-inline void capture_write(const RelFileNodeBackend& rnode, ForkNumber forknum, BlockNumber blocknum)
+__attribute__((always_inline)) inline void capture_write(const RelFileNodeBackend& rnode, ForkNumber forknum,
+                                                        BlockNumber blocknum)
 {
     if (RelFileNodeBackendIsTemp(rnode))
         return;
