@@ -51,7 +51,7 @@ inline uint64_t hash_rel(const RelFork& rel) noexcept
 /* Hash of (relation, unit) under `seed`, from hash_rel(): one round. */
 inline uint64_t hash_unit(uint64_t rel_hash, uint64_t unit, uint64_t seed) noexcept
 {
-    return mix64(rel_hash ^ seed ^ (unit * 0x9e3779b97f4a7c15ULL));
+    return mix64(rel_hash ^ seed ^ (unit * 0xd6e8feb86659fd93ULL));
 }
 
 /* Hash of (relation fork, unit) under `seed`. */

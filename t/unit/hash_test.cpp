@@ -7,6 +7,9 @@
  * - hash_rel_unit depends on every bit of every key field (tablespace,
  *   database, relfilenode, fork, unit) and on the seed, with full avalanche,
  *   so the two probes and the summary are independent hashes;
+ * - hash_unit(hash_rel(rel), ...) -- the write path's cached form -- equals
+ *   hash_rel_unit(rel, ...) and avalanches on the unit and on the relation
+ *   hash;
  * - fastrange maps onto [0, n) for every n up to 2^64 - 1, hits both ends,
  *   and is uniform also for the line counts of big maps (64 GB: 2^30 lines),
  *   where a reduction using only some hash bits would leave lines unused.
@@ -94,6 +97,43 @@ TEST(Hash, EveryKeyFieldBitAvalanches)
             EXPECT_NEAR(static_cast<double>(flipped) / samples, 32.0, 2.0) << field.name << " bit " << bit;
         }
     }
+}
+
+TEST(Hash, RelationHashThenUnitHashComposes)
+{
+    /*
+     * The write path caches hash_rel(rel) and calls hash_unit; the read path
+     * calls hash_rel_unit.  They must agree exactly.  hash_unit must also
+     * avalanche on every bit of the unit and of the relation hash.
+     */
+    std::mt19937_64 rng(75);
+    for (int i = 0; i < 10000; ++i) {
+        const RelFork rel{static_cast<uint32_t>(rng()), static_cast<uint32_t>(rng()), static_cast<uint32_t>(rng()),
+                          static_cast<uint8_t>(rng() % 4)};
+        const uint64_t unit = rng() >> (rng() % 64);
+        for (uint64_t seed : {ptrack::kSeedFirstProbe, ptrack::kSeedSecondProbe, ptrack::kSeedSummary})
+            ASSERT_EQ(hash_rel_unit(rel, unit, seed), ptrack::hash_unit(ptrack::hash_rel(rel), unit, seed));
+    }
+    for (uint64_t seed : {ptrack::kSeedFirstProbe, ptrack::kSeedSummary}) {
+        const uint64_t rel_hash = ptrack::hash_rel(RelFork{1663, 16384, 16385, 0});
+        for (int bit = 0; bit < 64; ++bit) {
+            EXPECT_NEAR(avalanche([&](uint64_t u) { return ptrack::hash_unit(rel_hash, u, seed); }, bit, 2000, rng),
+                        32.0, 1.5)
+                << "unit bit " << bit;
+            EXPECT_NEAR(avalanche([&](uint64_t h) { return ptrack::hash_unit(h, 12345, seed); }, bit, 2000, rng), 32.0,
+                        1.5)
+                << "relation hash bit " << bit;
+        }
+    }
+}
+
+TEST(Hash, SmallUnitsOfOneRelationDoNotCollide)
+{
+    /* Consecutive groups of one relation (the common case) never share a 64-bit hash. */
+    const uint64_t rel_hash = ptrack::hash_rel(RelFork{1663, 16384, 16385, 0});
+    std::unordered_set<uint64_t> seen;
+    for (uint64_t unit = 0; unit < (1 << 20); ++unit)
+        ASSERT_TRUE(seen.insert(ptrack::hash_unit(rel_hash, unit, ptrack::kSeedFirstProbe)).second) << unit;
 }
 
 TEST(Hash, SeedsGiveIndependentHashes)

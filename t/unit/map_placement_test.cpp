@@ -10,12 +10,19 @@
  *   and group: changing any one of them moves the first line to a line that
  *   equals the old one only about 1/line_count of the time (no systematic
  *   collision such as fork 0 and fork 1 of a relation sharing lines);
- * - lines are used about uniformly, and the two probes are independent.
+ * - realistic neighbouring keys (consecutive relfilenodes, all forks, a few
+ *   tablespaces and databases) each get their own pair of lines on a big map;
+ * - lines are used about uniformly, and the two probes are independent, also
+ *   at the line counts of 64 MB to 64 GB maps (both come from one hash);
+ * - the write path's pre-hashed variants (hash_rel + mark_hashed /
+ *   slots_of_hashed / summary_index_hashed) place blocks exactly like the
+ *   read path's slots_of / summary_index / mark.
  */
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <set>
 #include <utility>
@@ -25,6 +32,7 @@
 #include "ptrack/map.h"
 
 using ptrack::BlockNumber;
+using ptrack::Lsn;
 using ptrack::Map;
 using ptrack::MapGeometry;
 using ptrack::RelFork;
@@ -296,7 +304,7 @@ INSTANTIATE_TEST_SUITE_P(Lines, KeyFieldTest, ::testing::Values(uint64_t{16}, ui
 TEST(MapPlacement, MainAndFsmForkDoNotCollide)
 {
     /*
-     * The case called out in the design review: block b of fork 0 and block b
+     * The case that matters most in practice: block b of fork 0 and block b
      * of fork 1 of the same relation, over consecutive realistic keys (small
      * OIDs, consecutive blocks), must not share lines more than chance does.
      */
@@ -361,6 +369,70 @@ TEST(MapPlacement, RealisticNeighbouringKeysDoNotShareBothLines)
     const uint64_t summary_count = map.geometry().summary_count;
     ASSERT_EQ(summary_count, 32768u);
     EXPECT_GT(summary_slots.size(), 4700u);
+}
+
+TEST(MapPlacement, HashedVariantsAgree)
+{
+    /*
+     * The write path hashes the relation once (hash_rel, cached per process)
+     * and calls mark_hashed / slots_of_hashed; the read path calls slots_of /
+     * summary_index / mark.  Both must place every block identically, or a
+     * block marked on the write path would be probed elsewhere on the read
+     * path (a false negative).
+     */
+    const MapGeometry g = OwnedMap::geometry(1 * kMB, kRelSegSize, 0);
+    OwnedMap by_rel(g);
+    OwnedMap by_hash(g);
+    std::mt19937_64 rng(8);
+    for (int i = 0; i < 20000; ++i) {
+        const RelFork rel = random_rel(rng);
+        const BlockNumber b = static_cast<BlockNumber>(rng());
+        const uint64_t h = ptrack::hash_rel(rel);
+        const SlotPair a = by_rel.map().slots_of(rel, b);
+        const SlotPair c = by_rel.map().slots_of_hashed(h, b);
+        ASSERT_EQ(a.first, c.first);
+        ASSERT_EQ(a.second, c.second);
+        ASSERT_EQ(by_rel.map().summary_index(rel, b / kRelSegSize), by_rel.map().summary_index_hashed(h, b / kRelSegSize));
+        const Lsn lsn = 1 + rng() % 1000000;
+        by_rel.map().mark(rel, b, lsn);
+        by_hash.map().mark_hashed(h, b, lsn);
+        ASSERT_TRUE(by_hash.map().block_changed(rel, b, lsn));
+        ASSERT_TRUE(by_hash.map().segment_may_have_changed(rel, b / kRelSegSize, lsn));
+    }
+    /* The two regions are byte for byte the same. */
+    EXPECT_EQ(std::memcmp(by_rel.map().region(), by_hash.map().region(), g.region_bytes()), 0);
+}
+
+TEST(MapPlacement, ProbesIndependentOnBigMaps)
+{
+    /*
+     * Line counts of 1 MB, 64 MB, 1 GB and 64 GB maps.  Only the placement is
+     * computed, so the view is built over a small buffer with a hand-made
+     * geometry (slots_of never touches the memory).  Split the lines into 16
+     * equal ranges: over 1M random keys, each of the 16 x 15 + 16 (first
+     * range, second range) cells expects about 1/256 of the keys; a second
+     * probe derived from the first (or from the same hash bits) would
+     * concentrate them.
+     */
+    alignas(64) static uint64_t buffer[16] = {};
+    for (uint64_t n : {uint64_t{16128}, uint64_t{63} << 14, uint64_t{1008} << 14, uint64_t{63} << 24}) {
+        const Map map(buffer, MapGeometry{8, n, kRelSegSize, 0});
+        std::vector<int> cells(256, 0);
+        std::mt19937_64 rng(9);
+        const int samples = 1 << 20;
+        for (int i = 0; i < samples; ++i) {
+            const SlotPair s = map.slots_of(random_rel(rng), static_cast<BlockNumber>(rng()));
+            const uint64_t f = s.first / kPerLine;
+            const uint64_t sec = s.second / kPerLine;
+            ASSERT_LT(f, n);
+            ASSERT_LT(sec, n);
+            ASSERT_NE(f, sec);
+            ++cells[static_cast<size_t>((f * 16 / n) * 16 + sec * 16 / n)];
+        }
+        /* 4096 expected per cell (sd 64); allow 8 sd. */
+        for (size_t c = 0; c < 256; ++c)
+            EXPECT_NEAR(cells[c], 4096, 512) << "n=" << n << " first range " << c / 16 << " second range " << c % 16;
+    }
 }
 
 TEST(MapPlacement, DeterministicAcrossMapViews)
