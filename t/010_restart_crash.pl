@@ -342,6 +342,9 @@ for my $attempt (1 .. 10)
 		next;
 	}
 	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $offset);
+	# Polling with psql while recovery refuses connections can die on a broken
+	# pipe under load: wait for the server to say it is ready first.
+	$node->wait_for_log(qr/database system is ready to accept connections/, $offset);
 	$node->poll_query_until('postgres', 'SELECT 1', '1')
 	  or die 'the server did not come back after the checkpointer was killed';
 	my $crash_log = log_since($node, $offset);
