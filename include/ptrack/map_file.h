@@ -60,7 +60,16 @@ struct MapFileHeader {
     Lsn flush_redo_lsn;      /* redo LSN of the checkpoint/restartpoint the map was flushed for */
     uint32_t timeline;       /* timeline at flush (informational) */
     uint64_t base_id;        /* identifies this file to the delta batches written against it */
+    uint64_t placement;      /* placement_fingerprint() of the build that wrote it */
 };
+
+/*
+ * A fingerprint of where this build places blocks in a map of `geometry`:
+ * the slots and summary slots of a fixed set of keys, hashed.  A map written
+ * by a build that hashes differently (an upgrade) would silently point every
+ * block at other slots, so such a file is not trusted.
+ */
+uint64_t placement_fingerprint(const MapGeometry& geometry) noexcept;
 
 /* Number of chunks of a region, byte offset of the region in the file, file size. */
 uint64_t map_file_chunk_count(const MapGeometry& geometry, uint32_t chunk_bytes) noexcept;

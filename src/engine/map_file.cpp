@@ -37,10 +37,25 @@ enum : size_t {
     kOffFlushRedoLsn = 72,
     kOffTimeline = 80,
     kOffBaseId = 88,
+    kOffPlacement = 96,
     kOffCrc = kMapFileHeaderBytes - 4
 };
 
 }  // namespace
+
+uint64_t placement_fingerprint(const MapGeometry& geometry) noexcept
+{
+    Map probe(nullptr, geometry); /* placement only: no slot is touched */
+    uint64_t fingerprint = mix64(geometry.line_count ^ (geometry.summary_count << 1));
+    for (uint32_t i = 0; i < 64; ++i) {
+        const RelFork rel{1663 + i % 3, 5 + i, 16384 + 7 * i, static_cast<uint8_t>(i % 4)};
+        const SlotPair slots = probe.slots_of(rel, i * 1009u);
+        fingerprint = mix64(fingerprint ^ slots.first);
+        fingerprint = mix64(fingerprint ^ slots.second);
+        fingerprint = mix64(fingerprint ^ probe.summary_index(rel, i));
+    }
+    return fingerprint;
+}
 
 uint64_t map_file_chunk_count(const MapGeometry& geometry, uint32_t chunk_bytes) noexcept
 {
@@ -84,6 +99,7 @@ void map_file_encode_header(const MapFileHeader& header, Crc32cFn crc32c, uint8_
     put<uint64_t>(out, kOffFlushRedoLsn, header.flush_redo_lsn);
     put<uint32_t>(out, kOffTimeline, header.timeline);
     put<uint64_t>(out, kOffBaseId, header.base_id);
+    put<uint64_t>(out, kOffPlacement, header.placement);
     put<uint32_t>(out, kOffCrc, crc32c(out, kOffCrc));
 }
 
@@ -109,6 +125,7 @@ HeaderStatus map_file_decode_header(const uint8_t* in, Crc32cFn crc32c, MapFileH
     h.flush_redo_lsn = get<uint64_t>(in, kOffFlushRedoLsn);
     h.timeline = get<uint32_t>(in, kOffTimeline);
     h.base_id = get<uint64_t>(in, kOffBaseId);
+    h.placement = get<uint64_t>(in, kOffPlacement);
     if (!h.geometry.valid() || h.chunk_bytes == 0 || h.chunk_bytes % kLineBytes != 0)
         return HeaderStatus::kBadGeometry;
     *out = h;
@@ -133,6 +150,8 @@ const char* map_file_distrust_reason(const MapFileHeader& header, const StartupF
         return "it belongs to another database cluster (system identifier differs)";
     if (!(header.geometry == facts.geometry))
         return "ptrack.map_size changed since it was written";
+    if (header.placement != placement_fingerprint(header.geometry))
+        return "it was written by a ptrack build that places blocks differently";
     if (facts.file_bytes != map_file_bytes(header.geometry, header.chunk_bytes))
         return "its size does not match its header";
     if (facts.backup_label)

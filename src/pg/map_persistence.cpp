@@ -336,6 +336,7 @@ void fill_flush_header(MapFileHeader* header)
     header->system_identifier = GetSystemIdentifier();
     header->data_checksum_version = DataChecksumsEnabled() ? PG_DATA_CHECKSUM_VERSION : 0;
     header->geometry = shared->geometry;
+    header->placement = placement_fingerprint(shared->geometry);
     header->chunk_bytes = kMapFileChunkBytes;
     header->flags = (fullPageWrites ? kFlagFullPageWrites : 0u) |
                     (wal_level >= WAL_LEVEL_REPLICA ? kFlagWalLevelReplica : 0u);
@@ -390,9 +391,15 @@ uint64_t write_full_map(const MapFileHeader& header)
     return map_file_bytes(geometry, kMapFileChunkBytes);
 }
 
-/* Appends the words changed since `threshold` to ptrack.map.delta; bytes written, 0 on failure. */
-uint64_t append_delta(const MapFileHeader& header, Lsn threshold)
+/*
+ * Appends the words changed since `threshold` to ptrack.map.delta; bytes
+ * written, 0 on failure.  Gives up with *too_big set when the batch would
+ * outgrow half the map (a full flush is then cheaper); the entries written so
+ * far lie past the last valid batch and are never read.
+ */
+uint64_t append_delta(const MapFileHeader& header, Lsn threshold, bool* too_big)
 {
+    *too_big = false;
     FlushState& fs = flush_state;
     const bool first = fs.sequence == 0;
     const int fd = OpenTransientFile(kMapDeltaFileName, O_WRONLY | O_CREAT | (first ? O_TRUNC : 0) | PG_BINARY);
@@ -407,8 +414,14 @@ uint64_t append_delta(const MapFileHeader& header, Lsn threshold)
     pg_crc32c crc;
     INIT_CRC32C(crc);
     bool ok = true;
+    const uint64_t max_entries = header.geometry.region_bytes() / 2 / sizeof(DeltaEntry);
     while (ok && next_word < region_words(header.geometry)) {
         const size_t n = delta_collect(map, threshold, &next_word, fs.entries, kDeltaBufferEntries);
+        if (count + n > max_entries) {
+            *too_big = true;
+            CloseTransientFile(fd);
+            return 0;
+        }
         COMP_CRC32C(crc, fs.entries, n * sizeof(DeltaEntry));
         ok = write_at(fd, fs.entries, n * sizeof(DeltaEntry), entries_offset + count * sizeof(DeltaEntry));
         count += n;
@@ -509,8 +522,13 @@ void flush_map()
     MapFileHeader header{};
     fill_flush_header(&header);
 
-    const bool full = !fs.have_threshold || fs.force_full || fs.delta_bytes > shared->geometry.region_bytes() / 4;
+    bool full = !fs.have_threshold || fs.force_full || fs.delta_bytes > shared->geometry.region_bytes() / 4;
     uint64_t written = 0;
+    if (!full) {
+        bool too_big = false;
+        written = append_delta(header, fs.threshold, &too_big);
+        full = too_big;
+    }
     if (full) {
         written = write_full_map(header);
         if (written > 0) {
@@ -519,8 +537,6 @@ void flush_map()
             fs.delta_bytes = 0;
             remove_file_if_exists(kMapDeltaFileName, DEBUG1);
         }
-    } else {
-        written = append_delta(header, fs.threshold);
     }
     fs.force_full = written == 0;
     if (written > 0) {

@@ -55,6 +55,7 @@ MapFileHeader sample_header()
     h.flush_redo_lsn = 0x3000060;
     h.timeline = 2;
     h.base_id = 0xfeedface12345678ULL;
+    h.placement = placement_fingerprint(h.geometry);
     return h;
 }
 
@@ -99,6 +100,7 @@ TEST(MapFileHeader, RoundTripsEveryField)
     EXPECT_EQ(back.flush_redo_lsn, h.flush_redo_lsn);
     EXPECT_EQ(back.timeline, h.timeline);
     EXPECT_EQ(back.base_id, h.base_id);
+    EXPECT_EQ(back.placement, h.placement);
 }
 
 TEST(MapFileHeader, EveryFlippedByteIsDetected)
@@ -194,6 +196,9 @@ TEST(MapFileTrust, EveryRuleRejectsWithItsOwnReason)
     f = facts_for(h);
     f.data_checksum_version = 0;
     expect_rejected(h, f);
+    MapFileHeader other_build = h;
+    other_build.placement ^= 1; /* a build that hashes blocks elsewhere */
+    expect_rejected(other_build, facts_for(h));
     MapFileHeader no_init = h;
     no_init.init_lsn = 0;
     expect_rejected(no_init, facts_for(h));
