@@ -177,8 +177,8 @@ void _PG_init(void)
 
     DefineCustomIntVariable("ptrack.map_size",
                             "Size of the ptrack change map in shared memory.",
-                            "0 disables change tracking. About 1/1000 of the database size keeps false "
-                            "positives under 1%.",
+                            "0 disables change tracking. About 160 bytes per block changed between two "
+                            "backups keeps false positives under 1%.",
                             &map_size_mb, 0, 0, kMaxMapSizeMb, PGC_POSTMASTER, GUC_UNIT_MB, NULL, NULL,
                             NULL);
     DefineCustomBoolVariable("ptrack.use_segment_summary",
