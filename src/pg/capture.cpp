@@ -1,5 +1,5 @@
 /*
- * capture.cpp -- capture_block() and the whole-directory capture used after
+ * capture.cpp -- mark announcements (see capture.h) and the whole-directory capture used after
  * a directory copy; see capture.h.
  */
 extern "C" {
