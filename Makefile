@@ -23,8 +23,13 @@ ENGINE_SRCS = $(wildcard src/engine/*.cpp)
 PG_SRCS = $(wildcard src/pg/*.cpp)
 OBJS = $(ENGINE_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
 
-PG_CPPFLAGS = -I$(CURDIR)/include
-PG_CXXFLAGS = -std=c++17 -fno-rtti -Wall -Wextra -Wno-missing-field-initializers -Wno-register -Wno-unused-parameter
+# Symbols are hidden unless PostgreSQL must find them (_PG_init, the magic
+# block, the SQL functions: all declared PGDLLEXPORT, which PostgreSQL 15
+# leaves empty on Linux).  Hidden globals are reached without a GOT load and
+# inline functions are not called through the PLT: this is on the write path.
+PG_CPPFLAGS = -I$(CURDIR)/include '-DPGDLLEXPORT=__attribute__((visibility("default")))'
+PG_CXXFLAGS = -std=c++17 -fno-rtti -fvisibility=hidden -fvisibility-inlines-hidden \
+	-Wall -Wextra -Wno-missing-field-initializers -Wno-register -Wno-unused-parameter
 SHLIB_LINK = -lstdc++
 
 REGRESS = ptrack_api ptrack_update ptrack_relocate ptrack_errors

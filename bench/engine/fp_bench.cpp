@@ -141,8 +141,7 @@ Stream make_stream(uint64_t nwrites, uint64_t seed)
 /* Rounding of the stored LSN, as Map::stored_lsn. */
 inline Lsn round_up(Lsn lsn, uint32_t shift)
 {
-    const Lsn mask = (Lsn{1} << shift) - 1;
-    return lsn > ~mask ? ~Lsn{0} : (lsn + mask) & ~mask;
+    return lsn | ((Lsn{1} << shift) - 1);
 }
 
 /* (b): two independently hashed slots per block, no grouping; second != first. */

@@ -22,10 +22,11 @@
  * - The segment summary holds, per hashed (relation fork, segment), the max
  *   LSN marked in it; a segment whose summary slot is < L has no changed block
  *   and is skipped without probing its blocks.
- * - LSNs are stored rounded up to a granule (a power of two, in bytes of
- *   WAL).  Rounding up keeps the no-false-negative argument intact and lets a
- *   hot slot that already holds the rounded value skip the atomic write, which
- *   keeps cache lines shared between CPUs instead of bouncing.
+ * - LSNs are stored rounded up to the last LSN of their granule (a power of
+ *   two, in bytes of WAL).  Rounding up keeps the no-false-negative argument
+ *   intact and lets a hot slot that already holds the rounded value skip the
+ *   atomic write, which keeps cache lines shared between CPUs instead of
+ *   bouncing.
  *
  * Nothing here allocates or throws: Map is a view over memory the caller owns.
  */
@@ -52,7 +53,7 @@ struct MapGeometry {
     uint64_t summary_count;      /* segment summary slots (multiple of 8) */
     uint64_t line_count;         /* 64-byte lines of block slots, >= 1 */
     uint32_t blocks_per_segment; /* RELSEG_SIZE: blocks per 1 GB segment file */
-    uint32_t lsn_granule_shift;  /* stored LSNs are rounded up to 2^shift bytes */
+    uint32_t lsn_granule_shift;  /* stored LSNs: the last of their 2^shift-byte granule */
 
     /*
      * The geometry that fits in `bytes` bytes (the ptrack.map_size GUC times
@@ -117,12 +118,12 @@ public:
     /* Set every slot to 0 (a fresh, empty map). Not concurrent-safe with marks. */
     void clear() noexcept;
 
-    /* Stored form of an LSN: rounded up to the granule, saturating. */
-    Lsn stored_lsn(Lsn lsn) const noexcept
-    {
-        const Lsn mask = (Lsn{1} << geometry_.lsn_granule_shift) - 1;
-        return lsn > ~mask ? ~Lsn{0} : (lsn + mask) & ~mask;
-    }
+    /*
+     * Stored form of an LSN: the last LSN of the granule that holds it
+     * (lsn | (granule - 1)).  Never smaller than `lsn`, never wraps, one
+     * instruction on the write path.
+     */
+    Lsn stored_lsn(Lsn lsn) const noexcept { return lsn | granule_mask_; }
 
     /*
      * Record that block `block` of `rel` was written at or before WAL position
@@ -134,9 +135,37 @@ public:
     /* mark() with the relation's hash_rel() computed (or cached) by the caller. */
     void mark_hashed(uint64_t rel_hash, BlockNumber block, Lsn lsn) noexcept
     {
+        mark_in_segment(segment_ref(rel_hash, block / geometry_.blocks_per_segment), block, lsn);
+    }
+
+    /*
+     * A writer's handle on one segment of one relation fork: the relation's
+     * hash_rel() and the segment's summary slot.  The write path keeps the
+     * handles of the segments it wrote last (src/pg/capture.h), so that a
+     * mark in the same segment skips the relation hash and the summary hash.
+     * Valid for as long as the map's memory is.
+     */
+    struct SegmentRef {
+        uint64_t rel_hash;
+        uint64_t* summary_slot;
+        uint32_t segno;
+    };
+
+    SegmentRef segment_ref(uint64_t rel_hash, uint32_t segno) const noexcept
+    {
+        return SegmentRef{rel_hash, &summary_[summary_index_hashed(rel_hash, segno)], segno};
+    }
+
+    /*
+     * mark() for a block of the segment `seg` refers to: `block` counts from
+     * the relation fork's first block, and block / blocks_per_segment must be
+     * seg.segno.
+     */
+    void mark_in_segment(const SegmentRef& seg, BlockNumber block, Lsn lsn) noexcept
+    {
         const Lsn value = stored_lsn(lsn);
-        atomic_max_lsn(&summary_[summary_index_hashed(rel_hash, block / geometry_.blocks_per_segment)], value);
-        const SlotPair s = slots_of_hashed(rel_hash, block);
+        atomic_max_lsn(seg.summary_slot, value);
+        const SlotPair s = slots_of_hashed(seg.rel_hash, block);
         atomic_max_lsn(&slots_[s.first], value);
         atomic_max_lsn(&slots_[s.second], value);
     }
@@ -184,6 +213,7 @@ public:
 
 private:
     MapGeometry geometry_{};
+    Lsn granule_mask_ = 0; /* 2^lsn_granule_shift - 1 */
     uint64_t* summary_ = nullptr;
     uint64_t* slots_ = nullptr;
 };

@@ -30,6 +30,7 @@ MapGeometry MapGeometry::for_bytes(uint64_t bytes, uint32_t blocks_per_segment,
 
 Map::Map(void* region, const MapGeometry& geometry) noexcept
     : geometry_(geometry),
+      granule_mask_((Lsn{1} << geometry.lsn_granule_shift) - 1),
       summary_(static_cast<uint64_t*>(region)),
       slots_(static_cast<uint64_t*>(region) + geometry.summary_count)
 {

@@ -16,15 +16,46 @@
 namespace ptrack::pg {
 
 /*
- * The relation hash of the last captured write, per process: consecutive
- * writes usually hit the same relation (a checkpoint writes in file order,
- * an extension appends), and the hash is most of a mark's cost.
+ * What this process last marked: the two most recently written relation
+ * forks, each with its hash and the summary slot of the segment written
+ * last (Map::SegmentRef).  Consecutive writes usually hit a relation written
+ * just before (a checkpoint writes in file order, an extension appends, an
+ * update evicts a table page and then an index page), and the two hashes
+ * are most of a mark's cost.  Per process, so no synchronisation.
  */
-struct RelHashCache {
-    RelFork rel; /* starts as fork 0xFF, which no write carries */
-    uint64_t hash;
+struct MarkCacheEntry {
+    RelFork rel; /* fork 0xFF, which no write carries, while empty */
+    Map::SegmentRef segment;
 };
-inline RelHashCache rel_hash_cache{RelFork{0, 0, 0, 0xFF}, 0};
+struct MarkCache {
+    MarkCacheEntry entries[2];
+    uint32_t victim; /* the entry a miss replaces: the one used less recently */
+};
+inline MarkCache mark_cache{{{RelFork{0, 0, 0, 0xFF}, {}}, {RelFork{0, 0, 0, 0xFF}, {}}}, 0};
+
+/* The SegmentRef of `block` of `rel`, from mark_cache or computed into it. */
+__attribute__((always_inline)) inline const Map::SegmentRef& cached_segment_ref(const RelFork& rel,
+                                                                                BlockNumber block) noexcept
+{
+    /* The map's geometry is always built with RELSEG_SIZE (ptrack.cpp), a constant: no division. */
+    const uint32_t segno = block / static_cast<BlockNumber>(RELSEG_SIZE);
+    MarkCache& cache = mark_cache;
+    MarkCacheEntry* entry = &cache.entries[0];
+    if (entry->rel == rel) {
+        cache.victim = 1;
+    } else if (entry = &cache.entries[1], entry->rel == rel) {
+        cache.victim = 0;
+    } else {
+        entry = &cache.entries[cache.victim];
+        cache.victim ^= 1;
+        entry->rel = rel;
+        entry->segment = map.segment_ref(hash_rel(rel), segno);
+        return entry->segment;
+    }
+    if (unlikely(entry->segment.segno != segno))
+        entry->segment = map.segment_ref(entry->segment.rel_hash, segno);
+    return entry->segment;
+}
 
 /*
  * Marks in progress.  A mark reads its LSN, then stores it: a map flush that
@@ -65,12 +96,7 @@ __attribute__((always_inline)) inline void capture_block_written(const RelFork& 
     /* Full barrier: the announcement is visible before the LSN is read. */
     __atomic_store_n(&announcement->state, my_generation | 1, __ATOMIC_SEQ_CST);
     const Lsn lsn = current_mark_lsn();
-    RelHashCache& cache = rel_hash_cache;
-    if (!(cache.rel == rel)) {
-        cache.rel = rel;
-        cache.hash = hash_rel(rel);
-    }
-    map.mark_hashed(cache.hash, block, lsn);
+    map.mark_in_segment(cached_segment_ref(rel, block), block, lsn);
     my_generation += 2;
     __atomic_store_n(&announcement->state, my_generation, __ATOMIC_RELEASE);
 }

@@ -27,7 +27,7 @@ extern "C" {
 
 PG_MODULE_MAGIC;
 
-void _PG_init(void);
+PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 }
 
 #include "capture.h"
@@ -120,7 +120,7 @@ void ptrack_shmem_startup()
 
 }  // namespace
 
-Lsn current_mark_lsn() noexcept
+Lsn current_mark_lsn_in_recovery() noexcept
 {
     /*
      * During recovery the insert position is not yet meaningful; the replay
@@ -128,14 +128,11 @@ Lsn current_mark_lsn() noexcept
      * ApplyWalRecord() in xlogrecovery.c) bounds every change replayed so far.
      * Recovery can end between the two calls, hence the max.  Once a process
      * has seen recovery over, it never comes back (as RecoveryInProgress()'s
-     * own local cache), so later calls skip the check.
+     * own local cache), so later calls take the inline path.
      */
-    static bool recovery_over = false;
-    if (unlikely(!recovery_over)) {
-        if (RecoveryInProgress())
-            return Max(GetCurrentReplayRecPtr(NULL), GetXLogInsertRecPtr());
-        recovery_over = true;
-    }
+    if (RecoveryInProgress())
+        return Max(GetCurrentReplayRecPtr(NULL), GetXLogInsertRecPtr());
+    recovery_seen_over = true;
     return GetXLogInsertRecPtr();
 }
 

@@ -10,6 +10,10 @@
 #ifndef PTRACK_PG_SHARED_STATE_H
 #define PTRACK_PG_SHARED_STATE_H
 
+extern "C" {
+#include "access/xlog.h" /* GetXLogInsertRecPtr(); includers include postgres.h first */
+}
+
 #include "ptrack/map.h"
 
 /*
@@ -32,12 +36,24 @@ extern bool preloaded;      /* loaded through shared_preload_libraries */
 extern int map_size_mb;     /* the ptrack.map_size GUC, in MB */
 extern bool use_segment_summary; /* developer GUC ptrack.use_segment_summary */
 
+/* Set once this process has seen recovery over (it never comes back). */
+inline bool recovery_seen_over = false;
+
+/* current_mark_lsn() while this process may still be in recovery (ptrack.cpp). */
+Lsn current_mark_lsn_in_recovery() noexcept;
+
 /*
  * The LSN every mark made from now on is at least, and that is never smaller
  * than the LSN of a change already made: the insert position on a primary,
- * the end of the WAL record being replayed during recovery.
+ * the end of the WAL record being replayed during recovery.  On the write
+ * path: the common case is inline.
  */
-Lsn current_mark_lsn() noexcept;
+inline Lsn current_mark_lsn() noexcept
+{
+    if (likely(recovery_seen_over))
+        return GetXLogInsertRecPtr();
+    return current_mark_lsn_in_recovery();
+}
 
 /*
  * ptrack_init_lsn(): established on first use as current_mark_lsn(), since

@@ -144,18 +144,18 @@ void init_scan(PagemapScan* state, Lsn since)
 
 using namespace ptrack::pg;
 
-extern "C" Datum ptrack_version(PG_FUNCTION_ARGS)
+extern "C" PGDLLEXPORT Datum ptrack_version(PG_FUNCTION_ARGS)
 {
     PG_RETURN_TEXT_P(cstring_to_text(PTRACK_VERSION));
 }
 
-extern "C" Datum ptrack_init_lsn(PG_FUNCTION_ARGS)
+extern "C" PGDLLEXPORT Datum ptrack_init_lsn(PG_FUNCTION_ARGS)
 {
     require_tracking();
     PG_RETURN_LSN(init_lsn());
 }
 
-extern "C" Datum ptrack_get_pagemapset(PG_FUNCTION_ARGS)
+extern "C" PGDLLEXPORT Datum ptrack_get_pagemapset(PG_FUNCTION_ARGS)
 {
     const ptrack::Lsn since = checked_start_lsn(fcinfo);
     InitMaterializedSRF(fcinfo, 0);
@@ -170,7 +170,7 @@ extern "C" Datum ptrack_get_pagemapset(PG_FUNCTION_ARGS)
     return (Datum) 0;
 }
 
-extern "C" Datum ptrack_get_change_stat(PG_FUNCTION_ARGS)
+extern "C" PGDLLEXPORT Datum ptrack_get_change_stat(PG_FUNCTION_ARGS)
 {
     const ptrack::Lsn since = checked_start_lsn(fcinfo);
     TupleDesc tupdesc;

@@ -9,9 +9,9 @@
  *   maximally contended increasing values;
  * - concurrent Map::mark from 4 threads loses no mark: afterwards every
  *   marked block reads as changed since its LSN;
- * - Map::stored_lsn rounds up to the granule (never down: that would be a
- *   false negative), leaves exact multiples unchanged, and saturates to
- *   UINT64_MAX instead of wrapping to a small value near UINT64_MAX.
+ * - Map::stored_lsn rounds up to the last LSN of the granule (never down:
+ *   that would be a false negative), and never wraps to a small value near
+ *   UINT64_MAX.
  */
 #include <gtest/gtest.h>
 
@@ -167,27 +167,24 @@ TEST(AtomicMax, ConcurrentMarksLoseNothing)
     }
 }
 
-TEST(StoredLsn, RoundsUpToGranule)
+TEST(StoredLsn, RoundsUpToLastLsnOfGranule)
 {
     OwnedMap owned(OwnedMap::geometry(1 * kMB, ptrack_test::kRelSegSize, 16));
     const Map& map = owned.map();
     const Lsn g = Lsn{1} << 16;
-    EXPECT_EQ(map.stored_lsn(0), 0u);
-    EXPECT_EQ(map.stored_lsn(1), g);
-    EXPECT_EQ(map.stored_lsn(g - 1), g);
-    EXPECT_EQ(map.stored_lsn(g + 1), 2 * g);
-    EXPECT_EQ(map.stored_lsn(0x16B374D48ULL), 0x16B380000ULL);
+    EXPECT_EQ(map.stored_lsn(0), g - 1);
+    EXPECT_EQ(map.stored_lsn(1), g - 1);
+    EXPECT_EQ(map.stored_lsn(g - 1), g - 1);
+    EXPECT_EQ(map.stored_lsn(g), 2 * g - 1);
+    EXPECT_EQ(map.stored_lsn(g + 1), 2 * g - 1);
+    EXPECT_EQ(map.stored_lsn(0x16B374D48ULL), 0x16B37FFFFULL);
 
-    /* Exact multiples are unchanged. */
-    for (Lsn k : {Lsn{1}, Lsn{2}, Lsn{12345}, Lsn{1} << 40})
-        EXPECT_EQ(map.stored_lsn(k * g), k * g);
-
-    /* In general: a multiple of the granule, >= the LSN, less than one granule above it. */
+    /* In general: the last LSN of a granule, >= the LSN, less than one granule above it. */
     std::mt19937_64 rng(12);
     for (int i = 0; i < 100000; ++i) {
-        const Lsn lsn = rng() >> 1;
+        const Lsn lsn = rng();
         const Lsn s = map.stored_lsn(lsn);
-        ASSERT_EQ(s % g, 0u);
+        ASSERT_EQ(s % g, g - 1);
         ASSERT_GE(s, lsn);
         ASSERT_LT(s - lsn, g);
     }
@@ -206,23 +203,17 @@ TEST(StoredLsn, GranuleZeroIsIdentity)
     EXPECT_EQ(map.stored_lsn(UINT64_MAX), UINT64_MAX);
 }
 
-TEST(StoredLsn, SaturatesNearMax)
+TEST(StoredLsn, NeverWrapsNearMax)
 {
     for (uint32_t shift : {1u, 8u, 16u, 32u}) {
         OwnedMap owned(OwnedMap::geometry(1 * kMB, ptrack_test::kRelSegSize, shift));
         const Map& map = owned.map();
         const Lsn g = Lsn{1} << shift;
-        const Lsn last_multiple = ~(g - 1); /* largest multiple of g */
-        EXPECT_EQ(map.stored_lsn(last_multiple), last_multiple) << "shift " << shift;
-        EXPECT_EQ(map.stored_lsn(last_multiple - 1), last_multiple) << "shift " << shift;
-        /* Above the last multiple, rounding up would wrap to 0: it must saturate instead. */
-        EXPECT_EQ(map.stored_lsn(last_multiple + 1), UINT64_MAX) << "shift " << shift;
-        if (shift > 1) {
-            EXPECT_EQ(map.stored_lsn(UINT64_MAX - 1), UINT64_MAX) << "shift " << shift;
-        } else {
-            EXPECT_EQ(map.stored_lsn(UINT64_MAX - 1), UINT64_MAX - 1) << "an exact multiple of 2";
-        }
-        EXPECT_EQ(map.stored_lsn(UINT64_MAX), UINT64_MAX) << "shift " << shift;
+        const Lsn last_granule = ~(g - 1); /* first LSN of the last granule */
+        /* Rounding up by addition would wrap to 0 here. */
+        for (Lsn lsn : {last_granule, last_granule + 1, UINT64_MAX - 1, UINT64_MAX})
+            EXPECT_EQ(map.stored_lsn(lsn), UINT64_MAX) << "shift " << shift << " lsn " << lsn;
+        EXPECT_EQ(map.stored_lsn(last_granule - 1), last_granule - 1) << "shift " << shift;
     }
 }
 
@@ -234,15 +225,15 @@ TEST(StoredLsn, MarkStoresRoundedValue)
     const RelFork rel = ptrack_test::heap_rel();
     map.mark(rel, 77, 0x10001);
     const auto s = map.slots_of(rel, 77);
-    EXPECT_EQ(map.slots()[s.first], 0x20000u);
-    EXPECT_EQ(map.slots()[s.second], 0x20000u);
-    EXPECT_EQ(map.summary()[map.summary_index(rel, 0)], 0x20000u);
+    EXPECT_EQ(map.slots()[s.first], 0x1FFFFu);
+    EXPECT_EQ(map.slots()[s.second], 0x1FFFFu);
+    EXPECT_EQ(map.summary()[map.summary_index(rel, 0)], 0x1FFFFu);
 
     /* A smaller later mark does not lower anything. */
     map.mark(rel, 77, 5);
-    EXPECT_EQ(map.slots()[s.first], 0x20000u);
-    EXPECT_EQ(map.slots()[s.second], 0x20000u);
-    EXPECT_EQ(map.summary()[map.summary_index(rel, 0)], 0x20000u);
+    EXPECT_EQ(map.slots()[s.first], 0x1FFFFu);
+    EXPECT_EQ(map.slots()[s.second], 0x1FFFFu);
+    EXPECT_EQ(map.summary()[map.summary_index(rel, 0)], 0x1FFFFu);
 
     /* Nothing else in the region was touched. */
     uint64_t nonzero = 0;

@@ -374,15 +374,17 @@ TEST(MapPlacement, RealisticNeighbouringKeysDoNotShareBothLines)
 TEST(MapPlacement, HashedVariantsAgree)
 {
     /*
-     * The write path hashes the relation once (hash_rel, cached per process)
-     * and calls mark_hashed / slots_of_hashed; the read path calls slots_of /
-     * summary_index / mark.  Both must place every block identically, or a
-     * block marked on the write path would be probed elsewhere on the read
-     * path (a false negative).
+     * The write path hashes the relation once and keeps a segment handle
+     * per cached relation (segment_ref, cached per process) and calls
+     * mark_in_segment; other callers use mark_hashed / slots_of_hashed; the
+     * read path calls slots_of / summary_index / mark.  All must place every
+     * block identically, or a block marked on the write path would be probed
+     * elsewhere on the read path (a false negative).
      */
     const MapGeometry g = OwnedMap::geometry(1 * kMB, kRelSegSize, 0);
     OwnedMap by_rel(g);
     OwnedMap by_hash(g);
+    OwnedMap by_segment(g);
     std::mt19937_64 rng(8);
     for (int i = 0; i < 20000; ++i) {
         const RelFork rel = random_rel(rng);
@@ -396,11 +398,18 @@ TEST(MapPlacement, HashedVariantsAgree)
         const Lsn lsn = 1 + rng() % 1000000;
         by_rel.map().mark(rel, b, lsn);
         by_hash.map().mark_hashed(h, b, lsn);
+        const Map::SegmentRef seg = by_segment.map().segment_ref(h, b / kRelSegSize);
+        ASSERT_EQ(seg.summary_slot - by_segment.map().summary(),
+                  static_cast<ptrdiff_t>(by_rel.map().summary_index(rel, b / kRelSegSize)));
+        by_segment.map().mark_in_segment(seg, b, lsn);
         ASSERT_TRUE(by_hash.map().block_changed(rel, b, lsn));
         ASSERT_TRUE(by_hash.map().segment_may_have_changed(rel, b / kRelSegSize, lsn));
+        ASSERT_TRUE(by_segment.map().block_changed(rel, b, lsn));
+        ASSERT_TRUE(by_segment.map().segment_may_have_changed(rel, b / kRelSegSize, lsn));
     }
-    /* The two regions are byte for byte the same. */
+    /* The three regions are byte for byte the same. */
     EXPECT_EQ(std::memcmp(by_rel.map().region(), by_hash.map().region(), g.region_bytes()), 0);
+    EXPECT_EQ(std::memcmp(by_rel.map().region(), by_segment.map().region(), g.region_bytes()), 0);
 }
 
 TEST(MapPlacement, ProbesIndependentOnBigMaps)

@@ -105,7 +105,7 @@ TEST(MapProbe, MarkedWithGranuleReadsChangedUpToRoundedLsn)
     Map& map = owned.map();
     const RelFork rel = heap_rel();
     const Lsn x = 0x5000123ULL;
-    const Lsn rounded = 0x5010000ULL;
+    const Lsn rounded = 0x500FFFFULL; /* the last LSN of x's 64 KB granule */
     map.mark(rel, 9, x);
     EXPECT_TRUE(map.block_changed(rel, 9, 1));
     EXPECT_TRUE(map.block_changed(rel, 9, x));
