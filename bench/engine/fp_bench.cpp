@@ -237,7 +237,7 @@ public:
         const Lsn v = m.stored_lsn(lsn);
         const ptrack::SlotPair s = m.slots_of(rel, block);
         slot_writes_ += (m.slots()[s.first] < v) + (m.slots()[s.second] < v);
-        summary_writes_ += m.summary()[m.summary_index(rel, block / m.geometry().blocks_per_segment)] < v;
+        summary_writes_ += m.summary()[m.summary_slot_index(rel, block)] < v;
         ++marks_;
         owned_.map.mark(rel, block, lsn);
     }

@@ -195,7 +195,8 @@ inline void mark_prefetched(const ptrack::Map& map, const RelFork& rel, BlockNum
 {
     const Lsn value = map.stored_lsn(lsn);
     const uint64_t rel_hash = ptrack::hash_rel(rel);
-    uint64_t* summary = &map.summary()[map.summary_index_hashed(rel_hash, block / map.geometry().blocks_per_segment)];
+    const ptrack::Map::SegmentRef seg = map.segment_ref(rel_hash, block / map.geometry().blocks_per_segment);
+    uint64_t* summary = &seg.summary_window[(block - seg.first_block) >> ptrack::kSummaryRangeShift];
     const ptrack::SlotPair s = map.slots_of_hashed(rel_hash, block);
     uint64_t* first = &map.slots()[s.first];
     uint64_t* second = &map.slots()[s.second];
@@ -233,7 +234,7 @@ void BM_slots_of(benchmark::State& state)
         const Target& t = g_random_targets[i];
         const uint64_t rel_hash = ptrack::hash_rel(t.rel);
         benchmark::DoNotOptimize(map.slots_of_hashed(rel_hash, t.block));
-        benchmark::DoNotOptimize(map.summary_index_hashed(rel_hash, t.block / 131072));
+        benchmark::DoNotOptimize(map.summary_window_hashed(rel_hash, t.block / 131072));
         if (++i == n)
             i = 0;
     }

@@ -14,14 +14,18 @@
  *   The 8 consecutive blocks of a group share both lines, one slot each, so
  *   one hash serves 8 blocks and each probe touches one cache line.
  * - Marking is a lock-free atomic max of the LSN into both slots and into the
- *   segment summary slot of the block's 1 GB segment.
+ *   segment summary slot of the block's 8 MB range.
  * - A block reads as changed since L only if BOTH slots are >= L.  A slot only
  *   ever grows, and every mark stores a value >= the LSN it was given, so a
  *   block marked with an LSN >= L always reads as changed: no false negative
  *   is possible, only false positives from hash collisions.
- * - The segment summary holds, per hashed (relation fork, segment), the max
- *   LSN marked in it; a segment whose summary slot is < L has no changed block
- *   and is skipped without probing its blocks.
+ * - The segment summary gives each (relation fork, 1 GB segment) a window
+ *   of consecutive slots, one per 1024 blocks (8 MB) of the segment, at a
+ *   hashed position; a slot holds the max LSN marked in its range (and, by
+ *   collision, in other ranges).  A range whose slot is < L has no changed
+ *   block and is skipped without probing; a segment whose whole window is
+ *   < L is skipped without even looking at its file.  Windows of different
+ *   segments may overlap: that only adds false positives.
  * - LSNs are stored rounded up to the last LSN of their granule (a power of
  *   two, in bytes of WAL).  Rounding up keeps the no-false-negative argument
  *   intact and lets a hot slot that already holds the rounded value skip the
@@ -43,6 +47,8 @@ namespace ptrack {
 
 constexpr size_t kLineBytes = 64;    /* one cache line */
 constexpr uint32_t kSlotsPerLine = 8; /* 8 LSN slots of 8 bytes per line */
+constexpr uint32_t kSummaryRangeShift = 10; /* a summary slot covers 2^10 blocks (8 MB) of a segment */
+constexpr uint32_t kSummaryRangeBlocks = uint32_t{1} << kSummaryRangeShift;
 
 /*
  * Geometry of a map: how many lines and summary slots fit in a number of
@@ -50,7 +56,7 @@ constexpr uint32_t kSlotsPerLine = 8; /* 8 LSN slots of 8 bytes per line */
  * (a stored map is only reused with an identical geometry) and the tests.
  */
 struct MapGeometry {
-    uint64_t summary_count;      /* segment summary slots (multiple of 8) */
+    uint64_t summary_count;      /* segment summary slots (multiple of 8, >= summary_window()) */
     uint64_t line_count;         /* 64-byte lines of block slots, >= 1 */
     uint32_t blocks_per_segment; /* RELSEG_SIZE: blocks per 1 GB segment file */
     uint32_t lsn_granule_shift;  /* stored LSNs: the last of their 2^shift-byte granule */
@@ -69,7 +75,16 @@ struct MapGeometry {
         return summary_count * sizeof(uint64_t) + line_count * kLineBytes;
     }
 
-    bool valid() const noexcept { return line_count > 0 && summary_count > 0 && blocks_per_segment > 0; }
+    /* Summary slots per segment: one per kSummaryRangeBlocks blocks, rounded up. */
+    uint32_t summary_window() const noexcept
+    {
+        return (blocks_per_segment + kSummaryRangeBlocks - 1) >> kSummaryRangeShift;
+    }
+
+    bool valid() const noexcept
+    {
+        return line_count > 0 && blocks_per_segment > 0 && summary_count >= summary_window();
+    }
 
     /* 2^16 bytes of WAL: see bench/RESULTS.md for the measurement behind it. */
     static constexpr uint32_t kDefaultGranuleShift = 16;
@@ -140,20 +155,22 @@ public:
 
     /*
      * A writer's handle on one segment of one relation fork: the relation's
-     * hash_rel() and the segment's summary slot.  The write path keeps the
+     * hash_rel() and the segment's summary window.  The write path keeps the
      * handles of the segments it wrote last (src/pg/capture.h), so that a
      * mark in the same segment skips the relation hash and the summary hash.
      * Valid for as long as the map's memory is.
      */
     struct SegmentRef {
         uint64_t rel_hash;
-        uint64_t* summary_slot;
+        uint64_t* summary_window; /* the segment's first summary slot */
+        BlockNumber first_block;  /* segno * blocks_per_segment */
         uint32_t segno;
     };
 
     SegmentRef segment_ref(uint64_t rel_hash, uint32_t segno) const noexcept
     {
-        return SegmentRef{rel_hash, &summary_[summary_index_hashed(rel_hash, segno)], segno};
+        return SegmentRef{rel_hash, &summary_[summary_window_hashed(rel_hash, segno)],
+                          segno * geometry_.blocks_per_segment, segno};
     }
 
     /*
@@ -164,7 +181,7 @@ public:
     void mark_in_segment(const SegmentRef& seg, BlockNumber block, Lsn lsn) noexcept
     {
         const Lsn value = stored_lsn(lsn);
-        atomic_max_lsn(seg.summary_slot, value);
+        atomic_max_lsn(&seg.summary_window[(block - seg.first_block) >> kSummaryRangeShift], value);
         const SlotPair s = slots_of_hashed(seg.rel_hash, block);
         atomic_max_lsn(&slots_[s.first], value);
         atomic_max_lsn(&slots_[s.second], value);
@@ -177,11 +194,11 @@ public:
         return load_lsn(&slots_[s.first]) >= since && load_lsn(&slots_[s.second]) >= since;
     }
 
-    /* False only if no block of segment `segno` of `rel` changed at or after `since`. */
-    bool segment_may_have_changed(const RelFork& rel, uint32_t segno, Lsn since) const noexcept
-    {
-        return load_lsn(&summary_[summary_index(rel, segno)]) >= since;
-    }
+    /*
+     * False only if no block of segment `segno` of `rel` changed at or after
+     * `since`: every slot of the segment's summary window is < since.
+     */
+    bool segment_may_have_changed(const RelFork& rel, uint32_t segno, Lsn since) const noexcept;
 
     /*
      * The changed blocks of one segment file: sets bit b of `pagemap` (byte
@@ -189,8 +206,9 @@ public:
      * `segno` that may have changed at or after `since`, where b counts from
      * the segment's first block.  `pagemap` must hold (nblocks + 7) / 8 bytes;
      * it is fully overwritten.  Returns the number of bits set.  With
-     * `use_summary`, an unchanged segment is answered from its summary slot
-     * without probing (false only for benchmarks that measure the probing).
+     * `use_summary`, each unchanged 8 MB range is answered from its summary
+     * slot without probing (false only for benchmarks that measure the
+     * probing).
      */
     uint32_t segment_pagemap(const RelFork& rel, uint32_t segno, uint32_t nblocks, Lsn since,
                              uint8_t* pagemap, bool use_summary = true) const noexcept;
@@ -200,12 +218,16 @@ public:
     {
         return slots_of_hashed(hash_rel(rel), block);
     }
-    uint64_t summary_index(const RelFork& rel, uint32_t segno) const noexcept
+    /* The summary slot of a block (`block` counts from the relation fork's first block). */
+    uint64_t summary_slot_index(const RelFork& rel, BlockNumber block) const noexcept
     {
-        return summary_index_hashed(hash_rel(rel), segno);
+        const uint32_t segno = block / geometry_.blocks_per_segment;
+        return summary_window_hashed(hash_rel(rel), segno) +
+               ((block - segno * geometry_.blocks_per_segment) >> kSummaryRangeShift);
     }
     SlotPair slots_of_hashed(uint64_t rel_hash, BlockNumber block) const noexcept;
-    uint64_t summary_index_hashed(uint64_t rel_hash, uint32_t segno) const noexcept;
+    /* The first summary slot of a segment's window. */
+    uint64_t summary_window_hashed(uint64_t rel_hash, uint32_t segno) const noexcept;
 
     /* Direct slot access, for persistence and tests. */
     uint64_t* slots() const noexcept { return slots_; }
@@ -241,9 +263,11 @@ inline SlotPair Map::slots_of_hashed(uint64_t rel_hash, BlockNumber block) const
     return SlotPair{first * kSlotsPerLine + slot, second * kSlotsPerLine + slot};
 }
 
-inline uint64_t Map::summary_index_hashed(uint64_t rel_hash, uint32_t segno) const noexcept
+/* A window lies wholly inside the summary: its first slot is in [0, summary_count - window]. */
+inline uint64_t Map::summary_window_hashed(uint64_t rel_hash, uint32_t segno) const noexcept
 {
-    return fastrange(hash_unit(rel_hash, segno, kSeedSummary), geometry_.summary_count);
+    return fastrange(hash_unit(rel_hash, segno, kSeedSummary),
+                     geometry_.summary_count - geometry_.summary_window() + 1);
 }
 
 }  // namespace ptrack

@@ -3,7 +3,8 @@
  *
  * The write side (Map::mark) is inline in ptrack/map.h because it runs on
  * every block write; this file holds what runs once per map or once per
- * segment file: sizing the region and turning slots into a page bitmap.
+ * segment file: sizing the region, reading a segment's summary window and
+ * turning slots into a page bitmap.
  */
 #include "ptrack/map.h"
 
@@ -25,6 +26,8 @@ MapGeometry MapGeometry::for_bytes(uint64_t bytes, uint32_t blocks_per_segment,
     const uint64_t summary_bytes = (bytes / 64) / kLineBytes * kLineBytes;
     g.summary_count = summary_bytes / sizeof(uint64_t);
     g.line_count = (bytes - summary_bytes) / kLineBytes;
+    if (g.summary_count < g.summary_window()) /* one segment's window must fit */
+        g.line_count = 0;
     return g;
 }
 
@@ -41,27 +44,41 @@ void Map::clear() noexcept
     std::memset(region(), 0, geometry_.region_bytes());
 }
 
+bool Map::segment_may_have_changed(const RelFork& rel, uint32_t segno, Lsn since) const noexcept
+{
+    const uint64_t* window = &summary_[summary_window_hashed(hash_rel(rel), segno)];
+    Lsn max = 0;
+    for (uint32_t i = 0, n = geometry_.summary_window(); i < n; ++i) {
+        const Lsn v = load_lsn(&window[i]);
+        max = v > max ? v : max;
+    }
+    return max >= since;
+}
+
 uint32_t Map::segment_pagemap(const RelFork& rel, uint32_t segno, uint32_t nblocks, Lsn since,
                               uint8_t* pagemap, bool use_summary) const noexcept
 {
     std::memset(pagemap, 0, (static_cast<size_t>(nblocks) + 7) / 8);
-    if (nblocks == 0 || (use_summary && !segment_may_have_changed(rel, segno, since)))
-        return 0;
-
-    /* blocks_per_segment is a multiple of 8, so a byte of the bitmap is one slot group. */
-    const BlockNumber first_block = segno * geometry_.blocks_per_segment;
     const uint64_t rel_hash = hash_rel(rel);
+    const uint64_t* window = &summary_[summary_window_hashed(rel_hash, segno)];
+    /* blocks_per_segment and the range are multiples of 8: a byte of the bitmap is one slot group. */
+    const BlockNumber first_block = segno * geometry_.blocks_per_segment;
     uint32_t count = 0;
-    for (uint32_t b = 0; b < nblocks; b += kSlotsPerLine) {
-        const SlotPair lines = slots_of_hashed(rel_hash, first_block + b); /* slot 0 of both lines */
-        const uint32_t in_group = nblocks - b < kSlotsPerLine ? nblocks - b : kSlotsPerLine;
-        unsigned bits = 0;
-        for (uint32_t j = 0; j < in_group; ++j) {
-            if (load_lsn(&slots_[lines.first + j]) >= since && load_lsn(&slots_[lines.second + j]) >= since)
-                bits |= 1u << j;
+    for (uint32_t start = 0; start < nblocks; start += kSummaryRangeBlocks) {
+        if (use_summary && load_lsn(&window[start >> kSummaryRangeShift]) < since)
+            continue; /* nothing in this 8 MB range changed */
+        const uint32_t end = nblocks - start < kSummaryRangeBlocks ? nblocks : start + kSummaryRangeBlocks;
+        for (uint32_t b = start; b < end; b += kSlotsPerLine) {
+            const SlotPair lines = slots_of_hashed(rel_hash, first_block + b); /* slot 0 of both lines */
+            const uint32_t in_group = end - b < kSlotsPerLine ? end - b : kSlotsPerLine;
+            unsigned bits = 0;
+            for (uint32_t j = 0; j < in_group; ++j) {
+                if (load_lsn(&slots_[lines.first + j]) >= since && load_lsn(&slots_[lines.second + j]) >= since)
+                    bits |= 1u << j;
+            }
+            pagemap[b / 8] = static_cast<uint8_t>(bits);
+            count += static_cast<uint32_t>(__builtin_popcount(bits));
         }
-        pagemap[b / 8] = static_cast<uint8_t>(bits);
-        count += static_cast<uint32_t>(__builtin_popcount(bits));
     }
     return count;
 }

@@ -46,13 +46,14 @@ enum : size_t {
 uint64_t placement_fingerprint(const MapGeometry& geometry) noexcept
 {
     Map probe(nullptr, geometry); /* placement only: no slot is touched */
-    uint64_t fingerprint = mix64(geometry.line_count ^ (geometry.summary_count << 1));
+    uint64_t fingerprint = mix64(geometry.line_count ^ (geometry.summary_count << 1) ^
+                                 (uint64_t{kSummaryRangeShift} << 56));
     for (uint32_t i = 0; i < 64; ++i) {
         const RelFork rel{1663 + i % 3, 5 + i, 16384 + 7 * i, static_cast<uint8_t>(i % 4)};
         const SlotPair slots = probe.slots_of(rel, i * 1009u);
         fingerprint = mix64(fingerprint ^ slots.first);
         fingerprint = mix64(fingerprint ^ slots.second);
-        fingerprint = mix64(fingerprint ^ probe.summary_index(rel, i));
+        fingerprint = mix64(fingerprint ^ probe.summary_slot_index(rel, i * 1009u));
     }
     return fingerprint;
 }

@@ -76,7 +76,7 @@ uint32_t* collect_init_forks(const char* dir, int* count)
 
 }  // namespace
 
-bool walk_relation_dir(const char* dir, RelationFileCallback callback, void* arg)
+bool walk_relation_dir(const char* dir, RelationFileCallback callback, void* arg, RelationFileFilter filter)
 {
     uint32_t spc = 0;
     uint32_t db = 0;
@@ -94,6 +94,16 @@ bool walk_relation_dir(const char* dir, RelationFileCallback callback, void* arg
             if (!parse_relation_file_name(de->d_name, &name) || name.temp)
                 continue;
 
+            RelationFile file;
+            file.segment.rel = RelFork{spc, db, name.relfilenode, name.fork};
+            file.segment.segno = name.segno;
+            file.segment.temp = false;
+            file.unlogged = name.fork != kInitFork &&
+                            bsearch(&name.relfilenode, init_forks, init_count, sizeof(uint32_t),
+                                    compare_oids) != NULL;
+            if (filter != nullptr && !filter(file.segment, file.unlogged, arg))
+                continue;
+
             char path[MAXPGPATH];
             snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
             struct stat st;
@@ -105,15 +115,8 @@ bool walk_relation_dir(const char* dir, RelationFileCallback callback, void* arg
             if (!S_ISREG(st.st_mode))
                 continue;
 
-            RelationFile file;
             file.path = path;
-            file.segment.rel = RelFork{spc, db, name.relfilenode, name.fork};
-            file.segment.segno = name.segno;
-            file.segment.temp = false;
             file.size_bytes = static_cast<uint64_t>(st.st_size);
-            file.unlogged = name.fork != kInitFork &&
-                            bsearch(&name.relfilenode, init_forks, init_count, sizeof(uint32_t),
-                                    compare_oids) != NULL;
             callback(&file, arg);
         }
         FreeDir(d);
@@ -127,6 +130,7 @@ namespace {
 struct WalkContext {
     RelationFileCallback callback;
     void* arg;
+    RelationFileFilter filter;
 };
 
 using SubdirCallback = void (*)(const char* subdir, const WalkContext* ctx);
@@ -150,7 +154,7 @@ void for_each_oid_subdir(const char* parent, const char* suffix, SubdirCallback 
 
 void walk_database_dir(const char* dir, const WalkContext* ctx)
 {
-    walk_relation_dir(dir, ctx->callback, ctx->arg);
+    walk_relation_dir(dir, ctx->callback, ctx->arg, ctx->filter);
 }
 
 void walk_tablespace_dir(const char* version_dir, const WalkContext* ctx)
@@ -160,10 +164,10 @@ void walk_tablespace_dir(const char* version_dir, const WalkContext* ctx)
 
 }  // namespace
 
-void walk_data_directory(RelationFileCallback callback, void* arg)
+void walk_data_directory(RelationFileCallback callback, void* arg, RelationFileFilter filter)
 {
-    const WalkContext ctx{callback, arg};
-    walk_relation_dir("global", callback, arg);
+    const WalkContext ctx{callback, arg, filter};
+    walk_relation_dir("global", callback, arg, filter);
     for_each_oid_subdir("base", "", walk_database_dir, &ctx);
     for_each_oid_subdir("pg_tblspc", "/" TABLESPACE_VERSION_DIRECTORY, walk_tablespace_dir, &ctx);
 }

@@ -30,11 +30,22 @@ struct RelationFile {
 
 using RelationFileCallback = void (*)(const RelationFile* file, void* arg);
 
-/* Calls `callback` for each relation file directly in `dir`; false if `dir` holds no relation files. */
-bool walk_relation_dir(const char* dir, RelationFileCallback callback, void* arg);
+/*
+ * Optional, called before a file's size is looked up: false skips the file
+ * without a stat() (ptrack_get_pagemapset() skips the segments the map's
+ * summary shows unchanged, most files of a big cluster).
+ */
+using RelationFileFilter = bool (*)(const RelSegment& segment, bool unlogged, void* arg);
 
-/* Calls `callback` for each relation file in global/, base/<db>/ and pg_tblspc/<spc>/<version>/<db>/. */
-void walk_data_directory(RelationFileCallback callback, void* arg);
+/*
+ * Calls `callback` for each relation file directly in `dir` that `filter`
+ * (if any) wants; false if `dir` holds no relation files.
+ */
+bool walk_relation_dir(const char* dir, RelationFileCallback callback, void* arg,
+                       RelationFileFilter filter = nullptr);
+
+/* The same for every relation file in global/, base/<db>/ and pg_tblspc/<spc>/<version>/<db>/. */
+void walk_data_directory(RelationFileCallback callback, void* arg, RelationFileFilter filter = nullptr);
 
 }  // namespace ptrack::pg
 

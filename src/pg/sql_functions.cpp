@@ -43,6 +43,7 @@ namespace ptrack::pg {
 namespace {
 
 static_assert(noexcept(map.segment_pagemap(RelFork{}, 0, 0, 0, nullptr, true)), "engine must not throw");
+static_assert(noexcept(map.segment_may_have_changed(RelFork{}, 0, 0)), "engine must not throw");
 static_assert(noexcept(pagemap_set_all(nullptr, 0)), "engine must not throw");
 static_assert(noexcept(pagemap_trimmed_length(nullptr, 0)), "engine must not throw");
 
@@ -94,6 +95,20 @@ uint32_t file_changes(const RelationFile* file, PagemapScan* state)
         return pagemap_set_all(state->pagemap, n);
     return map.segment_pagemap(file->segment.rel, file->segment.segno, n, state->since, state->pagemap,
                                use_segment_summary);
+}
+
+/*
+ * Before a file's size is looked up: false if file_changes() would surely
+ * find nothing, so that unchanged files cost no stat().
+ */
+bool file_may_have_changed(const RelSegment& segment, bool unlogged, void* arg)
+{
+    const auto* state = static_cast<const PagemapScan*>(arg);
+    if (unlogged)
+        return false;
+    if (segment.rel.fork == kFsmFork || !use_segment_summary)
+        return true;
+    return map.segment_may_have_changed(segment.rel, segment.segno, state->since);
 }
 
 void emit_pagemap_row(const RelationFile* file, void* arg)
@@ -165,7 +180,7 @@ extern "C" PGDLLEXPORT Datum ptrack_get_pagemapset(PG_FUNCTION_ARGS)
     init_scan(&state, since);
     state.tuplestore = rsinfo->setResult;
     state.tupdesc = rsinfo->setDesc;
-    walk_data_directory(emit_pagemap_row, &state);
+    walk_data_directory(emit_pagemap_row, &state, file_may_have_changed);
     pfree(state.pagemap);
     return (Datum) 0;
 }
@@ -181,7 +196,7 @@ extern "C" PGDLLEXPORT Datum ptrack_get_change_stat(PG_FUNCTION_ARGS)
 
     PagemapScan state;
     init_scan(&state, since);
-    walk_data_directory(count_changes, &state);
+    walk_data_directory(count_changes, &state, file_may_have_changed);
     pfree(state.pagemap);
 
     /* size in MB = pages * BLCKSZ / 2^20, as an exact numeric */

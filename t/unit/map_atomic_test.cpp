@@ -227,13 +227,13 @@ TEST(StoredLsn, MarkStoresRoundedValue)
     const auto s = map.slots_of(rel, 77);
     EXPECT_EQ(map.slots()[s.first], 0x1FFFFu);
     EXPECT_EQ(map.slots()[s.second], 0x1FFFFu);
-    EXPECT_EQ(map.summary()[map.summary_index(rel, 0)], 0x1FFFFu);
+    EXPECT_EQ(map.summary()[map.summary_slot_index(rel, 77)], 0x1FFFFu);
 
     /* A smaller later mark does not lower anything. */
     map.mark(rel, 77, 5);
     EXPECT_EQ(map.slots()[s.first], 0x1FFFFu);
     EXPECT_EQ(map.slots()[s.second], 0x1FFFFu);
-    EXPECT_EQ(map.summary()[map.summary_index(rel, 0)], 0x1FFFFu);
+    EXPECT_EQ(map.summary()[map.summary_slot_index(rel, 77)], 0x1FFFFu);
 
     /* Nothing else in the region was touched. */
     uint64_t nonzero = 0;

@@ -124,11 +124,25 @@ TEST(MapGeometry, BadBlocksPerSegmentIsInvalid)
         const MapGeometry g = MapGeometry::for_bytes(1 * kMB, bps);
         EXPECT_FALSE(g.valid()) << "blocks_per_segment=" << bps;
     }
-    for (uint32_t bps : {8u, 16u, 1024u, kRelSegSize, 8u * 1000000u}) {
+    for (uint32_t bps : {8u, 16u, 1000u, 1024u, kRelSegSize}) {
         const MapGeometry g = MapGeometry::for_bytes(1 * kMB, bps);
         EXPECT_TRUE(g.valid()) << "blocks_per_segment=" << bps;
         EXPECT_EQ(g.blocks_per_segment, bps);
     }
+}
+
+TEST(MapGeometry, SummaryWindowMustFit)
+{
+    /* One summary slot per 1024 blocks of a segment, rounded up. */
+    EXPECT_EQ(MapGeometry::for_bytes(1 * kMB, 8).summary_window(), 1u);
+    EXPECT_EQ(MapGeometry::for_bytes(1 * kMB, 1000).summary_window(), 1u);
+    EXPECT_EQ(MapGeometry::for_bytes(1 * kMB, 1032).summary_window(), 2u);
+    EXPECT_EQ(MapGeometry::for_bytes(1 * kMB, kRelSegSize).summary_window(), 128u);
+    /* The smallest map (64 KB, 128 summary slots) still holds a 1 GB segment's window. */
+    EXPECT_TRUE(MapGeometry::for_bytes(64 * 1024, kRelSegSize).valid());
+    /* 8M-block segments need 7813 slots: too many for 1 MB (2048 slots), fine for 64 MB. */
+    EXPECT_FALSE(MapGeometry::for_bytes(1 * kMB, 8u * 1000000u).valid());
+    EXPECT_TRUE(MapGeometry::for_bytes(64 * kMB, 8u * 1000000u).valid());
 }
 
 TEST(MapGeometry, GranuleShiftAbove32IsInvalid)

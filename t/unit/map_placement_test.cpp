@@ -1,6 +1,6 @@
 /*
  * t/unit/map_placement_test.cpp -- proves where Map::slots_of and
- * Map::summary_index put a block (DESIGN.md section 3):
+ * Map::summary_slot_index put a block (DESIGN.md section 3):
  *
  * - a block's two slots are in two different cache lines whenever the map has
  *   more than one line, and both are slot block % 8 of their line;
@@ -15,8 +15,8 @@
  * - lines are used about uniformly, and the two probes are independent, also
  *   at the line counts of 64 MB to 64 GB maps (both come from one hash);
  * - the write path's pre-hashed variants (hash_rel + mark_hashed /
- *   slots_of_hashed / summary_index_hashed) place blocks exactly like the
- *   read path's slots_of / summary_index / mark.
+ *   slots_of_hashed / segment_ref) place blocks exactly like the
+ *   read path's slots_of / summary_slot_index / mark.
  */
 #include <gtest/gtest.h>
 
@@ -159,19 +159,36 @@ TEST(MapPlacement, SummaryIndexInRange)
     OwnedMap owned(OwnedMap::geometry(1 * kMB));
     const Map& map = owned.map();
     const uint64_t n = map.geometry().summary_count;
+    const uint32_t window = map.geometry().summary_window();
+    ASSERT_EQ(window, kRelSegSize / ptrack::kSummaryRangeBlocks);
     std::mt19937_64 rng(4);
     std::vector<int> hits(n, 0);
-    const int samples = 200000;
+    const int samples = 400000;
     for (int i = 0; i < samples; ++i) {
-        const uint64_t idx = map.summary_index(random_rel(rng), static_cast<uint32_t>(rng()));
+        const RelFork rel = random_rel(rng);
+        const BlockNumber block = static_cast<BlockNumber>(rng());
+        const uint64_t idx = map.summary_slot_index(rel, block);
         ASSERT_LT(idx, n);
+        /* The slot is the block's 8 MB range within its segment's window, which lies inside the summary. */
+        const uint64_t first = map.summary_window_hashed(ptrack::hash_rel(rel), block / kRelSegSize);
+        ASSERT_LE(first + window, n);
+        ASSERT_EQ(idx, first + (block % kRelSegSize) / ptrack::kSummaryRangeBlocks);
         ++hits[idx];
     }
-    /* Roughly uniform: every one of the 2048 slots is used, none grossly overloaded. */
-    const double mean = static_cast<double>(samples) / static_cast<double>(n);
+    /*
+     * Roughly uniform away from the ends (a slot within one window of an end
+     * is covered by fewer window positions): every one of the 2048 slots is
+     * used, none grossly overloaded.
+     */
+    const double mean = static_cast<double>(samples) / static_cast<double>(n - window + 1);
     for (uint64_t i = 0; i < n; ++i) {
-        EXPECT_GT(hits[i], 0) << "summary slot " << i << " never used";
+        if (i >= 8 && i + 8 < n) {
+            EXPECT_GT(hits[i], 0) << "summary slot " << i << " never used";
+        }
         EXPECT_LT(hits[i], mean * 2) << "summary slot " << i;
+        if (i >= window && i + window < n) {
+            EXPECT_GT(hits[i], mean / 2) << "summary slot " << i;
+        }
     }
 }
 
@@ -325,8 +342,8 @@ TEST(MapPlacement, MainAndFsmForkDoNotCollide)
             same_both += m.first == f.first && m.second == f.second;
             ++total;
         }
-        same_summary += map.summary_index(RelFork{1663, 16384, relfilenode, ptrack::kMainFork}, 0) ==
-                        map.summary_index(RelFork{1663, 16384, relfilenode, ptrack::kFsmFork}, 0);
+        same_summary += map.summary_slot_index(RelFork{1663, 16384, relfilenode, ptrack::kMainFork}, 0) ==
+                        map.summary_slot_index(RelFork{1663, 16384, relfilenode, ptrack::kFsmFork}, 0);
     }
     /* Expected total/lines = 6.2 identical first lines out of 100000; allow up to 25. */
     EXPECT_LE(same_first, static_cast<int>(4 * total / lines + 1));
@@ -359,13 +376,13 @@ TEST(MapPlacement, RealisticNeighbouringKeysDoNotShareBothLines)
                         pairs.insert({s.first / kPerLine, s.second / kPerLine});
                         ++keys;
                     }
-                    summary_slots.insert(map.summary_index(rel, 0));
+                    summary_slots.insert(map.summary_slot_index(rel, 0));
                 }
             }
         }
     }
     EXPECT_EQ(pairs.size(), keys);
-    /* 5376 relation forks into 32768 summary slots: about 400 collisions expected by chance. */
+    /* 5376 relation forks into 32641 window positions: about 420 collisions expected by chance. */
     const uint64_t summary_count = map.geometry().summary_count;
     ASSERT_EQ(summary_count, 32768u);
     EXPECT_GT(summary_slots.size(), 4700u);
@@ -377,7 +394,7 @@ TEST(MapPlacement, HashedVariantsAgree)
      * The write path hashes the relation once and keeps a segment handle
      * per cached relation (segment_ref, cached per process) and calls
      * mark_in_segment; other callers use mark_hashed / slots_of_hashed; the
-     * read path calls slots_of / summary_index / mark.  All must place every
+     * read path calls slots_of / summary_slot_index / mark.  All must place every
      * block identically, or a block marked on the write path would be probed
      * elsewhere on the read path (a false negative).
      */
@@ -394,13 +411,15 @@ TEST(MapPlacement, HashedVariantsAgree)
         const SlotPair c = by_rel.map().slots_of_hashed(h, b);
         ASSERT_EQ(a.first, c.first);
         ASSERT_EQ(a.second, c.second);
-        ASSERT_EQ(by_rel.map().summary_index(rel, b / kRelSegSize), by_rel.map().summary_index_hashed(h, b / kRelSegSize));
+        ASSERT_EQ(by_rel.map().summary_slot_index(rel, b),
+                  by_rel.map().summary_window_hashed(h, b / kRelSegSize) + (b % kRelSegSize) / ptrack::kSummaryRangeBlocks);
         const Lsn lsn = 1 + rng() % 1000000;
         by_rel.map().mark(rel, b, lsn);
         by_hash.map().mark_hashed(h, b, lsn);
         const Map::SegmentRef seg = by_segment.map().segment_ref(h, b / kRelSegSize);
-        ASSERT_EQ(seg.summary_slot - by_segment.map().summary(),
-                  static_cast<ptrdiff_t>(by_rel.map().summary_index(rel, b / kRelSegSize)));
+        ASSERT_EQ(seg.summary_window - by_segment.map().summary(),
+                  static_cast<ptrdiff_t>(by_rel.map().summary_window_hashed(h, b / kRelSegSize)));
+        ASSERT_EQ(seg.first_block, b / kRelSegSize * kRelSegSize);
         by_segment.map().mark_in_segment(seg, b, lsn);
         ASSERT_TRUE(by_hash.map().block_changed(rel, b, lsn));
         ASSERT_TRUE(by_hash.map().segment_may_have_changed(rel, b / kRelSegSize, lsn));
@@ -456,6 +475,6 @@ TEST(MapPlacement, DeterministicAcrossMapViews)
         const BlockNumber blk = static_cast<BlockNumber>(rng());
         EXPECT_EQ(a.map().slots_of(rel, blk).first, b.map().slots_of(rel, blk).first);
         EXPECT_EQ(a.map().slots_of(rel, blk).second, b.map().slots_of(rel, blk).second);
-        EXPECT_EQ(a.map().summary_index(rel, blk >> 17), b.map().summary_index(rel, blk >> 17));
+        EXPECT_EQ(a.map().summary_slot_index(rel, blk), b.map().summary_slot_index(rel, blk));
     }
 }

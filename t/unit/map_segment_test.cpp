@@ -15,7 +15,9 @@
  * - use_summary = false gives the same bitmap and count as use_summary = true
  *   (exactly the marked blocks on a big map; on a small, colliding map the
  *   summary only ever skips segments with no block really marked since);
- * - `since` is honoured: blocks marked before it are not listed.
+ * - `since` is honoured: blocks marked before it are not listed;
+ * - within a 1 GB segment, the summary skips each unchanged 8 MB range, and
+ *   never hides a marked block, also where every window overlaps (64 KB map).
  */
 #include <gtest/gtest.h>
 
@@ -125,7 +127,7 @@ TEST(SegmentPagemap, SummarySkipsProbing)
     EXPECT_EQ(without.bits(), std::set<uint32_t>{3});
 
     /* Once the summary slot covers `since`, the probes run. */
-    map.summary()[map.summary_index(rel, 0)] = 100;
+    map.summary()[map.summary_slot_index(rel, 3)] = 100;
     Bitmap after(64);
     EXPECT_EQ(map.segment_pagemap(rel, 0, 64, 100, after.data(), true), 1u);
     EXPECT_EQ(after.bits(), std::set<uint32_t>{3});
@@ -315,6 +317,100 @@ TEST(SegmentPagemap, SummaryOnAndOffAgreeOnBigMap)
     /* Both cases occur, so the comparison is meaningful. */
     EXPECT_GT(segments_with_bits, 50);
     EXPECT_GT(segments_empty, 50);
+}
+
+TEST(SegmentPagemap, SummarySkipsUnchangedRangesOfASegment)
+{
+    /*
+     * A 1 GB segment has a summary slot per 1024 blocks (8 MB).  Block 3 of
+     * range 5 is marked; block 1 of range 7 gets its two slots set by hand,
+     * with no summary entry.  With the summary, range 7 is not probed and
+     * only the marked block is listed; without it, both are.
+     */
+    OwnedMap owned(OwnedMap::geometry(kBigMap, kRelSegSize, 0));
+    Map& map = owned.map();
+    const RelFork rel = heap_rel();
+    const BlockNumber first = kRelSegSize; /* segment 1 */
+    const BlockNumber marked = 5 * ptrack::kSummaryRangeBlocks + 3;
+    const BlockNumber planted = 7 * ptrack::kSummaryRangeBlocks + 1;
+    map.mark(rel, first + marked, 1000);
+    const auto s = map.slots_of(rel, first + planted);
+    map.slots()[s.first] = 2000;
+    map.slots()[s.second] = 2000;
+
+    Bitmap with(kRelSegSize);
+    EXPECT_EQ(map.segment_pagemap(rel, 1, kRelSegSize, 1000, with.data(), true), 1u);
+    EXPECT_EQ(with.bits(), std::set<uint32_t>{marked});
+    Bitmap without(kRelSegSize);
+    EXPECT_EQ(map.segment_pagemap(rel, 1, kRelSegSize, 1000, without.data(), false), 2u);
+    EXPECT_EQ(without.bits(), (std::set<uint32_t>{marked, planted}));
+
+    EXPECT_TRUE(map.segment_may_have_changed(rel, 1, 1000));
+    EXPECT_FALSE(map.segment_may_have_changed(rel, 1, 1001));
+    EXPECT_FALSE(map.segment_may_have_changed(rel, 0, 1));
+    EXPECT_FALSE(map.segment_may_have_changed(rel, 2, 1));
+
+    /* The last block of a segment uses the window's last slot, and is seen. */
+    map.mark(rel, 2 * kRelSegSize + kRelSegSize - 1, 3000);
+    EXPECT_TRUE(map.segment_may_have_changed(rel, 2, 3000));
+    Bitmap last(kRelSegSize);
+    EXPECT_EQ(map.segment_pagemap(rel, 2, kRelSegSize, 3000, last.data(), true), 1u);
+    EXPECT_EQ(last.bits(), std::set<uint32_t>{kRelSegSize - 1});
+}
+
+TEST(SegmentPagemap, RangeSummaryNeverHidesAMark)
+{
+    /*
+     * Random marks over 3 relation forks x 2 full 1 GB segments, on a 16 MB
+     * map (exact bitmaps expected) and on a 64 KB map (whose 128 summary
+     * slots are all shared by every segment's window, and whose lines
+     * collide): every block marked at or after `since` is listed, with and
+     * without the summary, and a segment holding one is never reported
+     * unchanged.  On the big map the summary path is exact.
+     */
+    for (uint64_t bytes : {kBigMap, uint64_t{64 * 1024}}) {
+        OwnedMap owned(OwnedMap::geometry(bytes, kRelSegSize, 0));
+        Map& map = owned.map();
+        std::mt19937_64 rng(53);
+        std::vector<RelFork> rels{heap_rel(30000), heap_rel(30001), RelFork{1663, 16384, 30000, ptrack::kVisibilityMapFork}};
+        std::map<std::pair<size_t, BlockNumber>, Lsn> latest;
+        for (int i = 0; i < 400; ++i) {
+            const size_t r = rng() % rels.size();
+            const BlockNumber b = static_cast<BlockNumber>(rng() % (2 * kRelSegSize));
+            const Lsn lsn = 1 + rng() % 10000;
+            map.mark(rels[r], b, lsn);
+            Lsn& l = latest[{r, b}];
+            l = std::max(l, lsn);
+        }
+        for (Lsn since : {Lsn{1}, Lsn{5000}, Lsn{9900}}) {
+            for (size_t r = 0; r < rels.size(); ++r) {
+                for (uint32_t segno = 0; segno < 2; ++segno) {
+                    std::set<uint32_t> want;
+                    for (const auto& [key, lsn] : latest)
+                        if (key.first == r && key.second / kRelSegSize == segno && lsn >= since)
+                            want.insert(key.second % kRelSegSize);
+                    Bitmap on(kRelSegSize);
+                    Bitmap off(kRelSegSize);
+                    map.segment_pagemap(rels[r], segno, kRelSegSize, since, on.data(), true);
+                    map.segment_pagemap(rels[r], segno, kRelSegSize, since, off.data(), false);
+                    const std::set<uint32_t> got_on = on.bits();
+                    const std::set<uint32_t> got_off = off.bits();
+                    for (uint32_t b : want) {
+                        ASSERT_TRUE(got_on.count(b)) << bytes << " rel " << r << " seg " << segno << " block " << b;
+                        ASSERT_TRUE(got_off.count(b)) << bytes << " rel " << r << " seg " << segno << " block " << b;
+                    }
+                    if (!want.empty()) {
+                        ASSERT_TRUE(map.segment_may_have_changed(rels[r], segno, since));
+                    }
+                    /* The summary only removes bits, never adds them. */
+                    ASSERT_TRUE(std::includes(got_off.begin(), got_off.end(), got_on.begin(), got_on.end()));
+                    if (bytes == kBigMap) {
+                        ASSERT_EQ(got_on, want) << "rel " << r << " seg " << segno << " since " << since;
+                    }
+                }
+            }
+        }
+    }
 }
 
 TEST(SegmentPagemap, SummaryNeverHidesAMarkOnSmallMap)
