@@ -3,7 +3,8 @@
  * simulated 1 TB cluster, with and without the segment summary.
  *
  * ptrack_get_pagemapset(L) walks every relation segment file of the data
- * directory and calls Map::segment_pagemap() for each (src/pg/sql_functions.cpp).
+ * directory and calls Map::segment_pagemap() for each (src/pg/sql_functions.cpp),
+ * which probes only the 8 MB ranges whose summary slot is >= L.
  * This benchmark times exactly that loop of engine calls over a synthetic
  * catalogue (directory walking and tuple building are not included):
  *
@@ -27,12 +28,6 @@
  *
  * The machine is shared and noisy: each scan is repeated and the minimum
  * wall time and the minimum CPU time over the repeats are reported.
- *
- * A prototype scan (not in the engine) is timed next to the engine's: the
- * same probes, but the slot lines of the group kPrefetchDistance groups
- * ahead are prefetched, so the cache misses of a segment overlap, and the 8
- * slots of a group are compared without branches.  Its bitmaps are checked
- * to be identical to the engine's.
  *
  * Options: --quick runs only the f = 1% scenarios; --hugepages puts the map
  * on transparent 2 MB pages (PostgreSQL with huge_pages = on) and implies
@@ -210,51 +205,19 @@ double cpu_seconds()
     return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-constexpr uint32_t kPrefetchDistance = 16;
-
-/* Prototype: Map::segment_pagemap with the slot lines prefetched kPrefetchDistance groups ahead. */
-uint32_t segment_pagemap_prefetched(const ptrack::Map& map, const RelFork& rel, uint32_t segno, uint32_t nblocks,
-                                    Lsn since, uint8_t* pagemap, bool use_summary)
+/* Blocks of a segment file in 8 MB ranges whose summary slot is >= since (those the summary scan probes). */
+uint64_t blocks_in_changed_ranges(const ptrack::Map& map, const RelFork& rel, uint32_t segno, uint32_t nblocks,
+                                  Lsn since)
 {
-    std::memset(pagemap, 0, (static_cast<size_t>(nblocks) + 7) / 8);
-    if (nblocks == 0 || (use_summary && !map.segment_may_have_changed(rel, segno, since)))
-        return 0;
-    const uint64_t* slots = map.slots();
-    const uint64_t rel_hash = ptrack::hash_rel(rel);
-    const BlockNumber first_block = segno * map.geometry().blocks_per_segment;
-    const uint32_t groups = (nblocks + 7) / 8;
-    ptrack::SlotPair ring[kPrefetchDistance];
-    for (uint32_t g = 0; g < std::min(groups, kPrefetchDistance); ++g) {
-        ring[g] = map.slots_of_hashed(rel_hash, first_block + g * 8);
-        __builtin_prefetch(&slots[ring[g].first]);
-        __builtin_prefetch(&slots[ring[g].second]);
-    }
-    uint32_t count = 0;
-    for (uint32_t g = 0; g < groups; ++g) {
-        const ptrack::SlotPair lines = ring[g % kPrefetchDistance];
-        if (g + kPrefetchDistance < groups) {
-            const ptrack::SlotPair ahead = map.slots_of_hashed(rel_hash, first_block + (g + kPrefetchDistance) * 8);
-            ring[g % kPrefetchDistance] = ahead;
-            __builtin_prefetch(&slots[ahead.first]);
-            __builtin_prefetch(&slots[ahead.second]);
-        }
-        const uint32_t b = g * 8;
-        const uint32_t in_group = nblocks - b < 8 ? nblocks - b : 8;
-        /* Branch-free: both lines are read whole (they are in cache or on their way). */
-        unsigned bits = 0;
-        for (uint32_t j = 0; j < 8; ++j) {
-            const Lsn x = __atomic_load_n(&slots[lines.first + j], __ATOMIC_RELAXED);
-            const Lsn y = __atomic_load_n(&slots[lines.second + j], __ATOMIC_RELAXED);
-            bits |= static_cast<unsigned>((x >= since) & (y >= since)) << j;
-        }
-        bits &= (1u << in_group) - 1;
-        pagemap[g] = static_cast<uint8_t>(bits);
-        count += static_cast<uint32_t>(__builtin_popcount(bits));
-    }
-    return count;
+    const uint64_t* window = &map.summary()[map.summary_window_hashed(ptrack::hash_rel(rel), segno)];
+    uint64_t blocks = 0;
+    for (uint32_t start = 0; start < nblocks; start += ptrack::kSummaryRangeBlocks)
+        if (window[start >> ptrack::kSummaryRangeShift] >= since)
+            blocks += std::min(nblocks - start, ptrack::kSummaryRangeBlocks);
+    return blocks;
 }
 
-enum class Scan { kSummary, kNoSummary, kPrototype, kPrototypeNoSummary };
+enum class Scan { kSummary, kNoSummary };
 
 struct ScanResult {
     double wall = 1e30; /* minimum over repeats */
@@ -273,14 +236,13 @@ uint64_t scan_once(const ptrack::Map& map, const Cluster& c, Lsn since, Scan how
     *blocks = 0;
     for (const SegmentFile& f : c.files) {
         const RelFork& rel = c.relations[f.relation].rel;
-        if (how == Scan::kPrototype || how == Scan::kPrototypeNoSummary)
-            reported += segment_pagemap_prefetched(map, rel, f.segno, f.nblocks, since, buf, how == Scan::kPrototype);
-        else
-            reported += map.segment_pagemap(rel, f.segno, f.nblocks, since, buf, how == Scan::kSummary);
-        if (how == Scan::kNoSummary || how == Scan::kPrototypeNoSummary || map.segment_may_have_changed(rel, f.segno, since))
-        {
+        reported += map.segment_pagemap(rel, f.segno, f.nblocks, since, buf, how == Scan::kSummary);
+        const uint64_t probed_blocks = how == Scan::kNoSummary
+                                           ? f.nblocks
+                                           : blocks_in_changed_ranges(map, rel, f.segno, f.nblocks, since);
+        if (probed_blocks > 0) {
             ++*probed;
-            *blocks += f.nblocks;
+            *blocks += probed_blocks;
         }
     }
     return reported;
@@ -306,25 +268,15 @@ ScanResult time_scan(const ptrack::Map& map, const Cluster& c, Lsn since, Scan h
 
 /*
  * Checks every bitmap of a scan against the truth: aborts on a false
- * negative; returns the number of false positives.  Also checks that the
- * prototype scan returns the same bitmaps as the engine.
+ * negative; returns the number of false positives.
  */
 uint64_t verify(const ptrack::Map& map, const Cluster& c, Lsn since, const bench::Bits& truth, bool use_summary)
 {
     static uint8_t buf[kSegBlocks / 8];
-    static uint8_t proto[kSegBlocks / 8];
     uint64_t fp = 0;
     for (const SegmentFile& f : c.files) {
         const Relation& r = c.relations[f.relation];
         map.segment_pagemap(r.rel, f.segno, f.nblocks, since, buf, use_summary);
-        if (use_summary) {
-            segment_pagemap_prefetched(map, r.rel, f.segno, f.nblocks, since, proto, true);
-            if (std::memcmp(buf, proto, (f.nblocks + 7) / 8) != 0) {
-                std::fprintf(stderr, "FATAL: prototype scan differs from the engine on rel %u seg %u\n",
-                             r.rel.relfilenode, f.segno);
-                std::exit(1);
-            }
-        }
         const uint64_t base = r.first + uint64_t{f.segno} * kSegBlocks;
         for (uint32_t b = 0; b < f.nblocks; ++b) {
             const bool listed = ptrack::pagemap_test(buf, (f.nblocks + 7) / 8, b);
@@ -388,10 +340,10 @@ int main(int argc, char** argv)
         {"f=10%, locality 10", 0.10, 10, false},
         {"f=100%", 1.0, 0, false},
     };
-    std::printf("\nprobed: segment files (and their share of the cluster's blocks) probed block by block with the summary\n");
+    std::printf("\nprobed: segment files with a block probed, and the share of the cluster's blocks probed, with the summary\n");
     std::printf("seconds: wall (cpu), minimum of %d runs; ratio = no summary / summary, on cpu\n", kRepeats);
-    std::printf("%-20s %8s %10s %7s %17s %17s %7s %17s %17s %9s\n", "scenario", "changed", "probed", "blocks", "summary",
-                "no summary", "ratio", "proto summary", "proto no summ.", "fp");
+    std::printf("%-20s %8s %10s %7s %17s %17s %7s %9s\n", "scenario", "changed", "probed", "blocks", "summary",
+                "no summary", "ratio", "fp");
     for (const Scenario& s : scenarios) {
         if (quick && s.fraction != 0.01)
             continue;
@@ -420,30 +372,26 @@ int main(int argc, char** argv)
         }
         const uint64_t fp = verify(map, c, since, truth, true);
         const ScanResult with = time_scan(map, c, since, Scan::kSummary);
-        const ScanResult proto = time_scan(map, c, since, Scan::kPrototype);
-        ScanResult without, proto_without;
+        ScanResult without;
         if (s.no_summary) {
             verify(map, c, since, truth, false);
             without = time_scan(map, c, since, Scan::kNoSummary);
-            proto_without = time_scan(map, c, since, Scan::kPrototypeNoSummary);
         }
         if (with.reported != changed + fp) {
             std::fprintf(stderr, "FATAL: reported %" PRIu64 " != changed %" PRIu64 " + fp %" PRIu64 "\n", with.reported,
                          changed, fp);
             return 1;
         }
-        char nosumm[40] = "-", ratio[32] = "-", with_s[40], proto_s[40], proto_nosumm[40] = "-";
+        char nosumm[40] = "-", ratio[32] = "-", with_s[40];
         if (s.no_summary) {
             std::snprintf(nosumm, sizeof nosumm, "%.3f (%.3f)", without.wall, without.cpu);
-            std::snprintf(proto_nosumm, sizeof proto_nosumm, "%.3f (%.3f)", proto_without.wall, proto_without.cpu);
             std::snprintf(ratio, sizeof ratio, "%.1fx", without.cpu / with.cpu);
         }
         std::snprintf(with_s, sizeof with_s, "%.3f (%.3f)", with.wall, with.cpu);
-        std::snprintf(proto_s, sizeof proto_s, "%.3f (%.3f)", proto.wall, proto.cpu);
-        std::printf("%-20s %7.2f%% %4" PRIu64 "/%-5zu %6.1f%% %17s %17s %7s %17s %17s %9" PRIu64 "\n", s.name,
+        std::printf("%-20s %7.2f%% %4" PRIu64 "/%-5zu %6.1f%% %17s %17s %7s %9" PRIu64 "\n", s.name,
                     100.0 * static_cast<double>(changed) / static_cast<double>(c.total), with.files_probed,
                     c.files.size(), 100.0 * static_cast<double>(with.blocks_probed) / static_cast<double>(c.total),
-                    with_s, nosumm, ratio, proto_s, proto_nosumm, fp);
+                    with_s, nosumm, ratio, fp);
         std::fflush(stdout);
     }
     std::printf("\nno false negative in any scan (every truly changed block was listed)\n");

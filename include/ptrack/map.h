@@ -234,6 +234,10 @@ public:
     uint64_t* summary() const noexcept { return summary_; }
 
 private:
+    /* segment_pagemap() for block groups [g0, g1) of a segment (nblocks long), prefetching ahead. */
+    uint32_t probe_groups(uint64_t rel_hash, BlockNumber first_block, uint32_t g0, uint32_t g1, uint32_t nblocks,
+                          Lsn since, uint8_t* pagemap) const noexcept;
+
     MapGeometry geometry_{};
     Lsn granule_mask_ = 0; /* 2^lsn_granule_shift - 1 */
     uint64_t* summary_ = nullptr;
