@@ -2,7 +2,8 @@
  * ptrack/hash.h -- the hashes that place blocks and segments in the map.
  *
  * A key is (relation fork, unit), where the unit is a group of 8 blocks for
- * block slots and a segment number for the segment summary.  Fields are
+ * block slots and a segment number for the segment summary (which places
+ * the segment's window of summary slots, one per 8 MB range).  Fields are
  * folded in with the 64-bit finalizer of MurmurHash3 (public domain, written
  * here from its published description): it is cheap (two multiplies per
  * round), and each output bit depends on every input bit.
@@ -11,7 +12,8 @@
  * capture layer caches it while consecutive writes hit the same relation),
  * then spends one round per unit (hash_unit): one for the block group, whose
  * 64-bit result feeds both probes (its high half places the first line, its
- * low half the second), and one for the segment summary under its own seed.
+ * low half the second), and one for the segment's summary window under its
+ * own seed (also cached, while writes stay in one segment).
  *
  * fastrange() maps a 64-bit hash onto [0, n) with a multiply instead of a
  * division (Lemire, "A fast alternative to the modulo reduction", 2016).

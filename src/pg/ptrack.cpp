@@ -179,7 +179,7 @@ void _PG_init(void)
                             &map_size_mb, 0, 0, kMaxMapSizeMb, PGC_POSTMASTER, GUC_UNIT_MB, NULL, NULL,
                             NULL);
     DefineCustomBoolVariable("ptrack.use_segment_summary",
-                             "Lets ptrack_get_pagemapset skip unchanged segments (developer option).",
+                             "Lets ptrack_get_pagemapset skip unchanged files and 8 MB ranges (developer option).",
                              "Turning it off makes every block of every file be probed; for benchmarks.",
                              &use_segment_summary, true, PGC_SUSET, GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
     MarkGUCPrefixReserved("ptrack");
