@@ -80,7 +80,10 @@
 # restores them.
 #
 # Runs as root (PostgreSQL then runs as the unprivileged user ptrack_test
-# through runuser) or as a normal user.
+# through runuser) or as a normal user.  That plumbing, the temp dir, the
+# initialisation server, the options --port, --keep, --prefix and the
+# machine lines of the report are shared with the other benchmarks in
+# bench/lib.sh.
 #
 # Usage: bench/callgrind_overhead.sh [options]
 #   --short N          transactions before the first marker (default 2000)
@@ -105,9 +108,8 @@
 set -euo pipefail
 export LC_ALL=C
 unset PGOPTIONS PGSERVICE PGSERVICEFILE || true
-
-usage() { sed -n '/^# Usage:/,/^# The extension/p' "$0" | sed 's/^# \{0,1\}//'; }
-die() { echo "callgrind_overhead: $*" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 short=2000 long=8000 map_sizes=64,1024 workloads=evict-update,select-only
 scale=2 update_sb=16MB select_sb=128MB seed=42 fsync=off jobs='' repeat=1
@@ -130,17 +132,12 @@ while [ $# -gt 0 ]; do
         --fsync) fsync=${2:?}; shift ;;
         --jobs) jobs=${2:?}; shift ;;
         --no-repeat) repeat=0 ;;
-        --port) port=${2:?}; shift ;;
         --results) results_copy=${2:?}; shift ;;
-        --keep) keep=1 ;;
-        --prefix) prefix=${2:?}; shift ;;
-        -h|--help) usage; exit 0 ;;
-        *) usage >&2; die "unknown argument: $1" ;;
+        *) common_option "$@" && shift ;;   # --port, --keep, --prefix, --help
     esac
     shift
 done
 
-is_int() { [[ $1 =~ ^[0-9]+$ ]]; }
 if [ -z "$jobs" ]; then
     jobs=$(nproc)
     [ "$jobs" -le 4 ] || jobs=4
@@ -164,63 +161,20 @@ for w in "${workload_list[@]}"; do
     case $w in evict-update|select-only) ;; *) die "unknown workload: $w" ;; esac
 done
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
-if [ -z "$prefix" ]; then
-    prefix=$("$repo/scripts/build-postgres.sh" --print-prefix) || die "cannot find the PostgreSQL prefix"
-fi
-bin="$prefix/bin"
-for b in postgres pg_ctl initdb pgbench pg_controldata pg_config; do
-    [ -x "$bin/$b" ] || die "$bin/$b missing: build the server with scripts/build-postgres.sh"
-done
-pkglib=$("$bin/pg_config" --pkglibdir)
-[ -r "$pkglib/ptrack.so" ] || die "$pkglib/ptrack.so missing: run 'make install' in $repo"
+find_postgres postgres pg_ctl initdb pgbench pg_controldata pg_config
 for c in valgrind perl pkill md5sum; do
     command -v "$c" >/dev/null || die "$c is not installed"
 done
 
 # Who runs PostgreSQL: as root, the unprivileged ptrack_test through runuser.
-if [ "$(id -u)" -eq 0 ]; then
-    pguser=ptrack_test
-    id "$pguser" >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash "$pguser"
-    as_pg() { runuser -u "$pguser" -- "$@"; }
-else
-    pguser=$(id -un)
-    as_pg() { "$@"; }
-fi
+pg_user_setup
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/cg-overhead.XXXXXX")
-chmod 755 "$work"
-mkdir -p "$work/sql" "$work/cg" "$work/log" "$work/stats" "$work/runs"
-so_lib="$work/ptrack.so"
-cp "$pkglib/ptrack.so" "$so_lib"
-chmod 755 "$so_lib"
-[ "$(id -u)" -eq 0 ] && chown -R "$pguser" "$work"
-init_dd=''          # data dir of the initialisation server while it is up
-log_prefix='[cg] '  # no PID in log lines: its digits would vary the counts
-marker='SELECT pg_backend_pid()'
-marker_fn=pg_backend_pid
-clock_fns='pgstat_report_stat pgstat_prep_pending_entry enable_timeout_after disable_timeout get_timeout_active'
 declare -a job_pids=()
-
-stop_init_server() {
-    local dd=$1 pid
-    [ -f "$dd/postmaster.pid" ] || return 0
-    pid=$(head -n 1 "$dd/postmaster.pid")
-    if ! as_pg "$bin/pg_ctl" -D "$dd" -w -t 300 -m fast stop >/dev/null 2>&1; then
-        # pg_ctl failed: end that postmaster by its own PID, nothing broader.
-        if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
-            kill -QUIT "$pid" 2>/dev/null || true
-            sleep 2
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-    fi
-}
-
-cleanup() {
-    local rc=$? p
-    trap - EXIT
-    # Our own background runs only, by the PIDs we started: first the child
-    # of each run's subshell (runuser or valgrind), then the subshell.
+# Before the temp dir's cleanup: our own background runs only, by the PIDs we
+# started: first the child of each run's subshell (runuser or valgrind), then
+# the subshell.
+cleanup_hook() {
+    local p
     for p in "${job_pids[@]}"; do
         pkill -TERM -P "$p" 2>/dev/null || true
         kill "$p" 2>/dev/null || true
@@ -228,17 +182,17 @@ cleanup() {
     for p in "${job_pids[@]}"; do
         wait "$p" 2>/dev/null || true
     done
-    [ -n "$init_dd" ] && stop_init_server "$init_dd"
-    if [ $keep -eq 1 ] || [ $rc -ne 0 ]; then
-        echo "callgrind_overhead: temp dir kept: $work" >&2
-    else
-        cd / && rm -rf "$work"
-    fi
-    exit $rc
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+make_work cg-overhead 755   # the initialisation server's socket is there too
+mkdir -p "$work/sql" "$work/cg" "$work/log" "$work/stats" "$work/runs"
+so_lib="$work/ptrack.so"
+cp "$pkglib/ptrack.so" "$so_lib"
+chmod 755 "$so_lib"
+[ "$(id -u)" -eq 0 ] && chown -R "$pguser" "$work"
+log_prefix='[cg] '  # no PID in log lines: its digits would vary the counts
+marker='SELECT pg_backend_pid()'
+marker_fn=pg_backend_pid
+clock_fns='pgstat_report_stat pgstat_prep_pending_entry enable_timeout_after disable_timeout get_timeout_active'
 
 # ------------------------------------------------------------ SQL scripts
 # The aids come from perl's drand48 (perl >= 5.20), seeded: the same file on
@@ -451,18 +405,13 @@ submit() {   # submit LABEL WORKLOAD CONFIG MAP_MB
 wait_all() { while [ ${#job_pids[@]} -gt 0 ]; do wait_one; done; }
 
 # ------------------------------------------------------------------ header
-pg_version=$("$bin/postgres" --version)
-so_md5=$(md5sum "$so_lib" | cut -d' ' -f1)
+so_md5=$(md5_of "$so_lib")
 so_mtime=$(date -u -r "$pkglib/ptrack.so" '+%Y-%m-%d %H:%M:%S UTC')
-git_rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
+git_rev=$(tree_rev)
 {
-echo "# callgrind_overhead.sh: instructions per transaction, ptrack preloaded vs not"
-echo "command:    $cmdline"
-echo "date:       $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-echo "machine:    $(nproc) CPUs, $(awk '/^MemTotal/ {printf "%.1f GB", $2/1048576}' /proc/meminfo) RAM," \
-     "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), kernel $(uname -r)"
-echo "load avg:   $(cut -d' ' -f1-3 /proc/loadavg) (at start; does not change instruction counts)"
-echo "postgres:   $pg_version ($prefix)"
+report_header "instructions per transaction, ptrack preloaded vs not"
+report_load "does not change instruction counts"
+report_postgres
 echo "ptrack.so:  copy of $pkglib/ptrack.so (installed $so_mtime), md5 $so_md5, tree $git_rev"
 echo "valgrind:   $(valgrind --version), callgrind, --trace-children=no, whole process counted"
 echo "runs as:    $pguser; $jobs run(s) in parallel"
@@ -481,16 +430,12 @@ echo
 # --------------------------------------------------------- data templates
 t0=$(date +%s)
 init_dd="$work/init"
-as_pg "$bin/initdb" -D "$init_dd" -U postgres -A trust --no-locale -E UTF8 -N >"$work/log/initdb.log" 2>&1 ||
-    { cat "$work/log/initdb.log" >&2; die "initdb failed"; }
-as_pg "$bin/pg_ctl" -D "$init_dd" -l "$work/log/init-server.log" -w -t 300 \
-    -o "-c listen_addresses='' -c unix_socket_directories='$work' -p $port -c autovacuum=off" start >/dev/null ||
-    { tail -n 30 "$work/log/init-server.log" >&2; die "initialisation server did not start"; }
-as_pg "$bin/pgbench" -h "$work" -p "$port" -U postgres -i -q -s "$scale" postgres >"$work/log/pgbench-init.log" 2>&1 ||
-    { cat "$work/log/pgbench-init.log" >&2; die "pgbench -i failed"; }
-stop_init_server "$init_dd"
+server_initdb "$init_dd" "$work/log/initdb.log"
+server_start "$init_dd" "$work/log/init-server.log" "initialisation server" \
+    -o "-c listen_addresses='' -c unix_socket_directories='$sock' -p $port -c autovacuum=off"
+load_pgbench "$scale" "$work/log/pgbench-init.log"
+server_stop "$init_dd"
 [ ! -f "$init_dd/postmaster.pid" ] || die "initialisation server did not stop"
-init_dd=''
 
 # One empty single-user session per configuration: the same shutdown
 # checkpoint everywhere, and a ptrack.map of the right size for ptrack runs.

@@ -35,7 +35,9 @@
 #
 # Run as root (the server runs as ptrack_test through runuser) or as a normal
 # user.  Unix socket in a private temp dir only; the server is stopped by its
-# postmaster PID at the end, also on failure.
+# postmaster PID at the end, also on failure.  That plumbing, the options
+# --port, --keep, --prefix and the machine lines of the report are shared
+# with the other benchmarks in bench/lib.sh.
 #
 # Usage: bench/checkpoint_cost.sh [options]
 #   --reps N        repetitions of each figure, 64 MB map (default 5)
@@ -56,9 +58,9 @@
 set -euo pipefail
 export LC_ALL=C
 unset PGOPTIONS PGSERVICE PGSERVICEFILE PGSSLMODE || true
-
-usage() { sed -n '/^# Usage:/,/^# The extension/p' "$0" | sed 's/^# \{0,1\}//'; }
-die() { echo "checkpoint_cost: $*" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+pg_ctl_timeout=600
 
 reps='' reps_big='' pages='' chunks='' server=1 synthetic=1 port=56103 quick=0 keep=0 prefix=${PG_PREFIX:-}
 cmdline=$(printf '%q ' "$0" "$@")
@@ -70,12 +72,8 @@ while [ $# -gt 0 ]; do
         --chunks) chunks=${2:?}; shift ;;
         --no-server) server=0 ;;
         --no-synthetic) synthetic=0 ;;
-        --port) port=${2:?}; shift ;;
         --quick) quick=1 ;;
-        --keep) keep=1 ;;
-        --prefix) prefix=${2:?}; shift ;;
-        -h|--help) usage; exit 0 ;;
-        *) usage >&2; die "unknown argument: $1" ;;
+        *) common_option "$@" && shift ;;   # --port, --keep, --prefix, --help
     esac
     shift
 done
@@ -92,89 +90,25 @@ if [ "$chunks" != none ]; then
         [[ $c =~ ^[0-9]+$ ]] && [ "$c" -ge 1 ] || die "--chunks: not a size in KB: $c"
     done
 fi
-is_int() { [[ $1 =~ ^[0-9]+$ ]]; }
 for v in "$reps" "$reps_big" "$pages" "$port"; do is_int "$v" || die "not a non-negative integer: $v"; done
 [ "$reps" -ge 1 ] && [ "$reps_big" -ge 1 ] && [ "$pages" -ge 10 ] || die "--reps, --reps-big >= 1, --pages >= 10"
 small_pages=$((pages / 10))
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
-if [ -z "$prefix" ]; then
-    prefix=$("$repo/scripts/build-postgres.sh" --print-prefix) || die "cannot find the PostgreSQL prefix"
-fi
-bin="$prefix/bin"
-for b in postgres pg_ctl initdb psql pg_config; do
-    [ -x "$bin/$b" ] || die "$bin/$b missing: build the server with scripts/build-postgres.sh"
-done
-pkglib=$("$bin/pg_config" --pkglibdir)
-[ -r "$pkglib/ptrack.so" ] || die "$pkglib/ptrack.so missing: run 'make install' in $repo"
+find_postgres postgres pg_ctl initdb psql pg_config
 command -v g++ >/dev/null || die "g++ is needed for bench/checkpoint/flush_bench.cpp"
 grep -q sse4_2 /proc/cpuinfo || die "this CPU has no SSE4.2 (CRC-32C instruction)"
 
-if [ "$(id -u)" -eq 0 ]; then
-    pguser=ptrack_test
-    id "$pguser" >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash "$pguser"
-    as_pg() { runuser -u "$pguser" -- "$@"; }
-else
-    pguser=$(id -un)
-    as_pg() { "$@"; }
-fi
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/ptrack-ckpt.XXXXXX")
-chmod 700 "$work"
-[ "$(id -u)" -eq 0 ] && chown "$pguser" "$work"
-sock="$work" dd="$work/data" log="$work/server.log"
-running=0
-
-stop_server() {
-    local pid
-    [ -f "$dd/postmaster.pid" ] || { running=0; return 0; }
-    pid=$(head -n 1 "$dd/postmaster.pid")
-    if ! as_pg "$bin/pg_ctl" -D "$dd" -w -t 600 -m fast stop >/dev/null 2>&1; then
-        if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
-            kill -QUIT "$pid" 2>/dev/null || true
-            sleep 2
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-    fi
-    running=0
-}
-
-cleanup() {
-    local rc=$?
-    trap - EXIT
-    [ $running -eq 1 ] && stop_server
-    if [ $keep -eq 1 ] || [ $rc -ne 0 ]; then
-        echo "checkpoint_cost: temp dir kept: $work" >&2
-    else
-        cd / && rm -rf "$work"
-    fi
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-psql_q() {
-    local args=() s
-    for s in "$@"; do args+=(-c "$s"); done
-    as_pg "$bin/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$sock" -p "$port" -U postgres -d postgres \
-        -c "SET client_min_messages = warning" "${args[@]}"
-}
-median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) printf "%.1f\n", v[(NR+1)/2]; else printf "%.1f\n", (v[NR/2]+v[NR/2+1])/2}'; }
-kv() { sed -n "s/.*\\b$1=\\([0-9.]*\\).*/\\1/p" <<<"$2"; }
+pg_user_setup
+make_work ptrack-ckpt 700   # also the socket directory, $sock
+dd="$work/data" log="$work/server.log"
 
 # ------------------------------------------------------------------ header
-pg_version=$("$bin/postgres" --version)
-so_md5=$(md5sum "$pkglib/ptrack.so" | cut -d' ' -f1)
-git_rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
-echo "# checkpoint_cost.sh: ptrack map flush at the end of a checkpoint"
-echo "command:    $cmdline"
-echo "date:       $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-echo "machine:    $(nproc) CPUs, $(awk '/^MemTotal/ {printf "%.1f GB", $2/1048576}' /proc/meminfo) RAM," \
-     "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), kernel $(uname -r)"
+so_md5=$(md5_of "$pkglib/ptrack.so")
+git_rev=$(tree_rev)
+report_header "ptrack map flush at the end of a checkpoint"
 echo "disk:       $(df -h --output=source,fstype,size,avail "$work" | tail -n 1 | tr -s ' ') (temp dir $work)"
-echo "load avg:   $(cut -d' ' -f1-3 /proc/loadavg) (at start)"
-echo "postgres:   $pg_version ($prefix)"
+report_load
+report_postgres
 echo "ptrack.so:  md5 $so_md5, tree $git_rev"
 echo "settings:   $reps repetitions (64 MB), $reps_big (1 GB); in-server K = 0, $small_pages, $pages pages;"
 echo "            CRC chunk sizes compared: ${chunks} KB"
@@ -252,11 +186,8 @@ checkpoint_flush() {
 set_map_size() {
     as_pg sed -i "s/^ptrack.map_size = .*/ptrack.map_size = $1/" "$dd/postgresql.conf"
 }
-start_server() {
-    as_pg "$bin/pg_ctl" -D "$dd" -l "$log" -w -t 600 start >/dev/null ||
-        { tail -n 30 "$log" >&2; die "server did not start"; }
-    running=1
-}
+start_server() { server_start "$dd" "$log" server; }
+stop_server() { server_stop "$dd"; }
 
 # Startup full flushes: restart, first CHECKPOINT; N times.  Prints a summary line.
 startup_flushes() {
@@ -312,15 +243,8 @@ delta_flushes() {
 
 if [ $server -eq 1 ]; then
     echo "## in the server"
-    as_pg "$bin/initdb" -D "$dd" -U postgres -A trust --no-locale -E UTF8 -N >"$work/initdb.log" 2>&1 ||
-        { cat "$work/initdb.log" >&2; die "initdb failed"; }
-    as_pg tee -a "$dd/postgresql.conf" >/dev/null <<EOF
-
-# ---- checkpoint_cost.sh
-listen_addresses = ''
-unix_socket_directories = '$sock'
-port = $port
-max_connections = 20
+    server_initdb "$dd" "$work/initdb.log"
+    server_conf "$dd" <<EOF
 shared_buffers = 512MB
 synchronous_commit = off
 max_wal_size = 8GB
@@ -364,10 +288,7 @@ EOF
     echo
 fi
 
-if [ "$(md5sum "$pkglib/ptrack.so" | cut -d' ' -f1)" != "$so_md5" ]; then
-    echo "WARNING: ptrack.so was reinstalled during the run (md5 now $(md5sum "$pkglib/ptrack.so" | cut -d' ' -f1)):"
-    echo "WARNING: servers started after that loaded another build"
-fi
+warn_if_reinstalled
 # ----------------------------------------------------------------- summary
 if [ $synthetic -eq 1 ]; then
     echo "## summary, synthetic (medians; delta = first batch after a full flush)"

@@ -42,7 +42,9 @@
 #
 # Run as root (servers run as ptrack_test through runuser) or as a normal
 # user.  Unix socket in a private temp dir only; every server is stopped by
-# its postmaster PID at the end, also on failure.
+# its postmaster PID at the end, also on failure.  That plumbing, the options
+# --port, --keep, --prefix and the machine lines of the report are shared
+# with the other benchmarks in bench/lib.sh.
 #
 # Usage: bench/false_positives.sh [options]
 #   --map-sizes LIST   comma list of ptrack.map_size in MB (default 1,8,64)
@@ -60,9 +62,8 @@
 set -euo pipefail
 export LC_ALL=C
 unset PGOPTIONS PGSERVICE PGSERVICEFILE PGSSLMODE || true
-
-usage() { sed -n '/^# Usage:/,/^# The extension/p' "$0" | sed 's/^# \{0,1\}//'; }
-die() { echo "false_positives: $*" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 map_sizes='' scale='' transactions='' extra='' port=56102 quick=0 keep=0 prefix=${PG_PREFIX:-}
 cmdline=$(printf '%q ' "$0" "$@")
@@ -72,12 +73,8 @@ while [ $# -gt 0 ]; do
         --scale) scale=${2:?}; shift ;;
         --transactions) transactions=${2:?}; shift ;;
         --extra) extra=${2:?}; shift ;;
-        --port) port=${2:?}; shift ;;
         --quick) quick=1 ;;
-        --keep) keep=1 ;;
-        --prefix) prefix=${2:?}; shift ;;
-        -h|--help) usage; exit 0 ;;
-        *) usage >&2; die "unknown argument: $1" ;;
+        *) common_option "$@" && shift ;;   # --port, --keep, --prefix, --help
     esac
     shift
 done
@@ -86,7 +83,6 @@ if [ $quick -eq 1 ]; then
 fi
 map_sizes=${map_sizes:-1,8,64} scale=${scale:-20} transactions=${transactions:-5000} extra=${extra:-66:1}
 
-is_int() { [[ $1 =~ ^[0-9]+$ ]]; }
 for v in "$scale" "$transactions" "$port"; do is_int "$v" || die "not a non-negative integer: $v"; done
 [ "$scale" -ge 1 ] && [ "$transactions" -ge 1 ] || die "--scale and --transactions must be >= 1"
 runs=()
@@ -100,91 +96,16 @@ if [ "$extra" != none ]; then
     runs+=("$extra")
 fi
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
 [ -r "$repo/t/lib/PtrackOracle.pm" ] || die "missing $repo/t/lib/PtrackOracle.pm"
-if [ -z "$prefix" ]; then
-    prefix=$("$repo/scripts/build-postgres.sh" --print-prefix) || die "cannot find the PostgreSQL prefix"
-fi
-bin="$prefix/bin"
-for b in postgres pg_ctl initdb pgbench psql pg_config; do
-    [ -x "$bin/$b" ] || die "$bin/$b missing: build the server with scripts/build-postgres.sh"
-done
-pkglib=$("$bin/pg_config" --pkglibdir)
-[ -r "$pkglib/ptrack.so" ] || die "$pkglib/ptrack.so missing: run 'make install' in $repo"
+find_postgres postgres pg_ctl initdb pgbench psql pg_config
 
-if [ "$(id -u)" -eq 0 ]; then
-    pguser=ptrack_test
-    id "$pguser" >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash "$pguser"
-    as_pg() { runuser -u "$pguser" -- "$@"; }
-else
-    pguser=$(id -un)
-    as_pg() { "$@"; }
-fi
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/ptrack-fp.XXXXXX")
-chmod 700 "$work"
-[ "$(id -u)" -eq 0 ] && chown "$pguser" "$work"
-sock="$work"
-running_dd=''
-
-stop_server() {
-    local dd=$1 pid
-    [ -f "$dd/postmaster.pid" ] || { running_dd=''; return 0; }
-    pid=$(head -n 1 "$dd/postmaster.pid")
-    if ! as_pg "$bin/pg_ctl" -D "$dd" -w -t 300 -m fast stop >/dev/null 2>&1; then
-        if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
-            kill -QUIT "$pid" 2>/dev/null || true
-            sleep 2
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-    fi
-    running_dd=''
-}
-
-cleanup() {
-    local rc=$?
-    trap - EXIT
-    [ -n "$running_dd" ] && stop_server "$running_dd"
-    if [ $keep -eq 1 ] || [ $rc -ne 0 ]; then
-        echo "false_positives: temp dir kept: $work" >&2
-    else
-        cd / && rm -rf "$work"
-    fi
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-psql_q() {
-    local args=() s
-    for s in "$@"; do args+=(-c "$s"); done
-    as_pg "$bin/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$sock" -p "$port" -U postgres -d postgres \
-        -c "SET client_min_messages = warning" "${args[@]}"
-}
+pg_user_setup
+make_work ptrack-fp 700   # also the socket directory, $sock
 
 # --------------------------------------------------------------- the oracle
 # analyse PGDATA SNAPSHOT MAP_MB L...: one line of key=value counts per L.
-cat >"$work/analyse.pl" <<'EOF'
-use strict;
-use warnings;
+{ bench_node_pl; cat <<'EOF'; } >"$work/analyse.pl"
 use PtrackOracle qw(BLCKSZ page_lsns relation_files pagemapset lsn_to_int);
-
-package BenchNode;
-sub new { my ($class, %a) = @_; return bless {%a}, $class; }
-sub data_dir { return $_[0]{pgdata}; }
-sub safe_psql
-{
-	my ($self, $db, $sql) = @_;
-	open(my $fh, '-|', @{ $self->{psql} }, '-d', $db, '-c', $sql) or die "psql: $!";
-	local $/;
-	my $out = <$fh> // '';
-	close($fh) or die "psql failed on: $sql\n";
-	chomp $out;
-	return $out;
-}
-
-package main;
 
 my ($pgdata, $snap, $map_mb, @lsn_texts) = @ARGV;
 
@@ -282,22 +203,14 @@ for my $i (0 .. $#lsn_texts)
 }
 EOF
 
-export ORACLE_PSQL
-ORACLE_PSQL=$(printf '%s\x1f' "$bin/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$sock" -p "$port" -U postgres)
-ORACLE_PSQL=${ORACLE_PSQL%$'\x1f'}
-kv() { sed -n "s/.*\\b$1=\\([0-9.]*\\).*/\\1/p" <<<"$2"; }
+oracle_psql_env
 
 # ------------------------------------------------------------------ header
-pg_version=$("$bin/postgres" --version)
-so_md5=$(md5sum "$pkglib/ptrack.so" | cut -d' ' -f1)
-git_rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
-echo "# false_positives.sh: ptrack_get_pagemapset(L) against the page-LSN oracle"
-echo "command:    $cmdline"
-echo "date:       $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-echo "machine:    $(nproc) CPUs, $(awk '/^MemTotal/ {printf "%.1f GB", $2/1048576}' /proc/meminfo) RAM," \
-     "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), kernel $(uname -r)"
-echo "load avg:   $(cut -d' ' -f1-3 /proc/loadavg) (at start)"
-echo "postgres:   $pg_version ($prefix)"
+so_md5=$(md5_of "$pkglib/ptrack.so")
+git_rev=$(tree_rev)
+report_header "ptrack_get_pagemapset(L) against the page-LSN oracle"
+report_load
+report_postgres
 echo "ptrack.so:  md5 $so_md5, tree $git_rev"
 echo "workload:   pgbench -i -s <scale>; CHECKPOINT; L1; pg_switch_wal(); L2;"
 echo "            pgbench -n -M prepared -c 2 -j 2 -t $transactions --random-seed 1; CHECKPOINT"
@@ -310,15 +223,8 @@ for run in "${runs[@]}"; do
     s=${run%%:*} m=${run##*:}
     dd="$work/data-$s-$m" snap="$work/snap-$s-$m"
     echo "## scale $s, ptrack.map_size ${m}MB"
-    as_pg "$bin/initdb" -D "$dd" -U postgres -A trust --no-locale -E UTF8 -N >"$work/initdb.log" 2>&1 ||
-        { cat "$work/initdb.log" >&2; die "initdb failed"; }
-    as_pg tee -a "$dd/postgresql.conf" >/dev/null <<EOF
-
-# ---- false_positives.sh
-listen_addresses = ''
-unix_socket_directories = '$sock'
-port = $port
-max_connections = 20
+    server_initdb "$dd" "$work/initdb.log"
+    server_conf "$dd" <<EOF
 shared_buffers = 128MB
 synchronous_commit = off
 max_wal_size = 4GB
@@ -328,13 +234,10 @@ log_checkpoints = on
 shared_preload_libraries = 'ptrack'
 ptrack.map_size = $m
 EOF
-    as_pg "$bin/pg_ctl" -D "$dd" -l "$work/server-$s-$m.log" -w -t 300 start >/dev/null ||
-        { tail -n 30 "$work/server-$s-$m.log" >&2; die "server did not start"; }
-    running_dd=$dd
+    server_start "$dd" "$work/server-$s-$m.log" server
     psql_q "CREATE EXTENSION ptrack" "SELECT ptrack_init_lsn()" >/dev/null
     t0=$(date +%s)
-    as_pg "$bin/pgbench" -h "$sock" -p "$port" -U postgres -i -q -s "$s" postgres >"$work/init.log" 2>&1 ||
-        { cat "$work/init.log" >&2; die "pgbench -i failed"; }
+    load_pgbench "$s" "$work/init.log"
     psql_q "CHECKPOINT" >/dev/null
     dirty=$(sed -n 's/.*checkpoint complete: wrote \([0-9]*\) buffers.*/\1/p' "$work/server-$s-$m.log" | tail -n 1)
     l1=$(psql_q "SELECT pg_current_wal_insert_lsn()")
@@ -363,15 +266,12 @@ EOF
             "$(awk -v r="$(kv fp_same_rate "$line")" 'BEGIN {printf "%.3f%%", 100 * r}')" \
             "$(kv expected_hash_fp "$line")" "$(kv misses "$line")" "$(kv unlisted_content "$line")" >>"$table"
     done
-    stop_server "$dd"
+    server_stop "$dd"
     [ $keep -eq 1 ] || as_pg rm -rf "$dd" "$snap"
     echo
 done
 
-if [ "$(md5sum "$pkglib/ptrack.so" | cut -d' ' -f1)" != "$so_md5" ]; then
-    echo "WARNING: ptrack.so was reinstalled during the run (md5 now $(md5sum "$pkglib/ptrack.so" | cut -d' ' -f1)):"
-    echo "WARNING: servers started after that loaded another build"
-fi
+warn_if_reinstalled
 echo "## summary (blocks of every permanent relation file except _fsm; rates are of the unchanged blocks)"
 printf '%-5s %4s %7s %-3s %8s %8s %8s %7s %7s %7s %6s %8s %8s %7s %7s %7s\n' scale map map/db L blocks changed \
     unchanged fp fp_cont fp_same vm_fp fp_rate same_rt exp_hash misses unl_chg

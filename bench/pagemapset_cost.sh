@@ -41,7 +41,9 @@
 # Run as root (servers run as ptrack_test through runuser; the cold-cache
 # figures need root) or as a normal user.  The server listens on a Unix
 # socket in a private temp dir only and is stopped by its postmaster PID at
-# the end, also on failure.
+# the end, also on failure.  That plumbing, the options --port, --keep,
+# --prefix and the machine lines of the report are shared with the other
+# benchmarks in bench/lib.sh.
 #
 # Usage: bench/pagemapset_cost.sh [options]
 #   --datadir DIR     cluster directory to create or reuse (default: temp)
@@ -63,9 +65,9 @@
 set -euo pipefail
 export LC_ALL=C
 unset PGOPTIONS PGSERVICE PGSERVICEFILE PGSSLMODE || true
-
-usage() { sed -n '/^# Usage:/,/^# The extension/p' "$0" | sed 's/^# \{0,1\}//'; }
-die() { echo "pagemapset_cost: $*" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+pg_ctl_timeout=600
 
 datadir='' scale='' map_size=64 sessions='' calls='' scans='' rounds='' cold=1 oracle=1
 port=56101 quick=0 keep=0 prefix=${PG_PREFIX:-}
@@ -82,12 +84,8 @@ while [ $# -gt 0 ]; do
         --rounds) rounds=${2:?}; shift ;;
         --no-cold) cold=0 ;;
         --no-oracle) oracle=0 ;;
-        --port) port=${2:?}; shift ;;
         --quick) quick=1 ;;
-        --keep) keep=1 ;;
-        --prefix) prefix=${2:?}; shift ;;
-        -h|--help) usage; exit 0 ;;
-        *) usage >&2; die "unknown argument: $1" ;;
+        *) common_option "$@" && shift ;;   # --port, --keep, --prefix, --help
     esac
     shift
 done
@@ -96,7 +94,6 @@ if [ $quick -eq 1 ]; then
 fi
 scale=${scale:-140} sessions=${sessions:-5} calls=${calls:-6} scans=${scans:-3} rounds=${rounds:-0,1s,1r,10s,10r,100}
 
-is_int() { [[ $1 =~ ^[0-9]+$ ]]; }
 for v in "$scale" "$map_size" "$sessions" "$calls" "$scans" "$port"; do
     is_int "$v" || die "not a non-negative integer: $v"
 done
@@ -107,85 +104,27 @@ for r in "${round_list[@]}"; do
     case $r in 0|1s|1r|10s|10r|100) ;; *) die "unknown round: $r" ;; esac
 done
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
 [ -r "$repo/t/lib/PtrackOracle.pm" ] || die "missing $repo/t/lib/PtrackOracle.pm"
-if [ -z "$prefix" ]; then
-    prefix=$("$repo/scripts/build-postgres.sh" --print-prefix) || die "cannot find the PostgreSQL prefix"
-fi
-bin="$prefix/bin"
-for b in postgres pg_ctl initdb pgbench psql pg_config; do
-    [ -x "$bin/$b" ] || die "$bin/$b missing: build the server with scripts/build-postgres.sh"
-done
-pkglib=$("$bin/pg_config" --pkglibdir)
-[ -r "$pkglib/ptrack.so" ] || die "$pkglib/ptrack.so missing: run 'make install' in $repo"
+find_postgres postgres pg_ctl initdb pgbench psql pg_config
 command -v g++ >/dev/null || die "g++ is needed for the full-read reader"
 
-if [ "$(id -u)" -eq 0 ]; then
-    pguser=ptrack_test
-    id "$pguser" >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash "$pguser"
-    as_pg() { runuser -u "$pguser" -- "$@"; }
-else
-    pguser=$(id -un)
-    as_pg() { "$@"; }
-    cold=0
-fi
+pg_user_setup
+[ "$(id -u)" -eq 0 ] || cold=0
 if [ $cold -eq 1 ] && ! [ -w /proc/sys/vm/drop_caches ]; then
     echo "# note: /proc/sys/vm/drop_caches is not writable: no cold-cache figures"
     cold=0
 fi
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/ptrack-pagemapset.XXXXXX")
-chmod 700 "$work"
-[ "$(id -u)" -eq 0 ] && chown "$pguser" "$work"
-sock="$work"
+make_work ptrack-pagemapset 700   # also the socket directory, $sock
 own_datadir=0
 if [ -z "$datadir" ]; then
     datadir="$work/data"
     own_datadir=1
 fi
 datadir=$(realpath -m "$datadir")
-running=0
-
-stop_server() {
-    local pid
-    [ -f "$datadir/postmaster.pid" ] || { running=0; return 0; }
-    pid=$(head -n 1 "$datadir/postmaster.pid")
-    if ! as_pg "$bin/pg_ctl" -D "$datadir" -w -t 600 -m fast stop >/dev/null 2>&1; then
-        if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
-            kill -QUIT "$pid" 2>/dev/null || true
-            sleep 2
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-    fi
-    running=0
-}
-
-cleanup() {
-    local rc=$?
-    trap - EXIT
-    [ $running -eq 1 ] && stop_server
-    if [ $keep -eq 1 ] || [ $rc -ne 0 ]; then
-        echo "pagemapset_cost: temp dir kept: $work" >&2
-    else
-        cd / && rm -rf "$work"
-    fi
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-psql_q() {   # psql_q SQL...: unaligned, no header, one session
-    local args=() s
-    for s in "$@"; do args+=(-c "$s"); done
-    as_pg "$bin/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$sock" -p "$port" -U postgres -d postgres \
-        -c "SET client_min_messages = warning" "${args[@]}"
-}
 
 start_server() {
-    as_pg "$bin/pg_ctl" -D "$datadir" -l "$work/server.log" -w -t 600 start >/dev/null ||
-        { tail -n 30 "$work/server.log" >&2; die "server did not start"; }
-    running=1
+    server_start "$datadir" "$work/server.log" server
     psql_q "CREATE EXTENSION IF NOT EXISTS ptrack" >/dev/null
     psql_q "SELECT ptrack_init_lsn()" >/dev/null   # fixes init_lsn before any L is taken
 }
@@ -454,26 +393,8 @@ g++ -std=c++17 -O2 -Wall -Wextra -o "$work/fault_cost" "$work/fault_cost.cpp" ||
 # baseline PGDATA OUT: file lengths right after L (PtrackOracle::block_counts).
 # check PGDATA L BASELINE: reads the pages first, then asks the server; prints
 # key=value counts of what really changed, what was listed, and misses.
-cat >"$work/oracle.pl" <<'EOF'
-use strict;
-use warnings;
+{ bench_node_pl; cat <<'EOF'; } >"$work/oracle.pl"
 use PtrackOracle qw(page_lsns relation_files block_counts pagemapset lsn_to_int);
-
-package BenchNode;
-sub new { my ($class, %a) = @_; return bless {%a}, $class; }
-sub data_dir { return $_[0]{pgdata}; }
-sub safe_psql
-{
-	my ($self, $db, $sql) = @_;
-	open(my $fh, '-|', @{ $self->{psql} }, '-d', $db, '-c', $sql) or die "psql: $!";
-	local $/;
-	my $out = <$fh> // '';
-	close($fh) or die "psql failed on: $sql\n";
-	chomp $out;
-	return $out;
-}
-
-package main;
 
 my ($mode, $pgdata, @rest) = @ARGV;
 if ($mode eq 'baseline')
@@ -527,9 +448,7 @@ foreach my $c (@checked)
 print join(' ', map { "$_=$s{$_}" } sort keys %s), "\n";
 EOF
 
-median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) printf "%.1f\n", v[(NR+1)/2]; else printf "%.1f\n", (v[NR/2]+v[NR/2+1])/2}'; }
 range_of() { tr ' ' '\n' | awk 'NF' | sort -g | awk 'NR==1{min=$1} {max=$1} END {if (NR) printf "%.1f-%.1f\n", min, max; else print "-"}'; }
-kv() { sed -n "s/.*\\b$1=\\([0-9.]*\\).*/\\1/p" <<<"$2"; }
 
 # One session of variant $1 (a|b) at LSN $2: SELECT pg_backend_pid() first
 # (as a backup tool runs other queries before), then $calls timed calls.
@@ -583,17 +502,12 @@ timed_variants() {
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 # ------------------------------------------------------------------ header
-pg_version=$("$bin/postgres" --version)
-so_md5=$(md5sum "$pkglib/ptrack.so" | cut -d' ' -f1)
-git_rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
-echo "# pagemapset_cost.sh: ptrack_get_pagemapset(L) in the server vs reading every page"
-echo "command:    $cmdline"
-echo "date:       $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-echo "machine:    $(nproc) CPUs, $(awk '/^MemTotal/ {printf "%.1f GB", $2/1048576}' /proc/meminfo) RAM," \
-     "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), kernel $(uname -r)"
-echo "load avg:   $(cut -d' ' -f1-3 /proc/loadavg) (at start)"
+so_md5=$(md5_of "$pkglib/ptrack.so")
+git_rev=$(tree_rev)
+report_header "ptrack_get_pagemapset(L) in the server vs reading every page"
+report_load
 echo "page fault: $("$work/fault_cost")"
-echo "postgres:   $pg_version ($prefix)"
+report_postgres
 echo "ptrack.so:  md5 $so_md5, tree $git_rev"
 echo "settings:   scale $scale, ptrack.map_size ${map_size}MB, $sessions sessions x $calls calls per variant,"
 echo "            $scans reader runs per cache state, rounds $rounds, cold cache $([ $cold -eq 1 ] && echo yes || echo no)"
@@ -611,15 +525,8 @@ else
     mkdir -p "$datadir"
     [ "$(id -u)" -eq 0 ] && chown "$pguser" "$datadir"
     chmod 700 "$datadir"
-    as_pg "$bin/initdb" -D "$datadir" -U postgres -A trust --no-locale -E UTF8 -N >"$work/initdb.log" 2>&1 ||
-        { cat "$work/initdb.log" >&2; die "initdb failed"; }
-    as_pg tee -a "$datadir/postgresql.conf" >/dev/null <<EOF
-
-# ---- pagemapset_cost.sh
-listen_addresses = ''
-unix_socket_directories = '$sock'
-port = $port
-max_connections = 20
+    server_initdb "$datadir" "$work/initdb.log"
+    server_conf "$datadir" <<EOF
 shared_buffers = 512MB
 synchronous_commit = off
 max_wal_size = 8GB
@@ -631,8 +538,7 @@ ptrack.map_size = $map_size
 EOF
     start_server
     t0=$(date +%s)
-    as_pg "$bin/pgbench" -h "$sock" -p "$port" -U postgres -i -q -s "$scale" postgres \
-        >"$work/init.log" 2>&1 || { cat "$work/init.log" >&2; die "pgbench -i failed"; }
+    load_pgbench "$scale" "$work/init.log"
     echo "$scale" | as_pg tee "$datadir/pagemapset_cost.scale" >/dev/null
     echo "cluster:    created $datadir, pgbench -i -s $scale in $(( $(date +%s) - t0 ))s"
 fi
@@ -641,9 +547,7 @@ echo "database:   $(psql_q "SELECT pg_size_pretty(pg_database_size('postgres'))"
      "huge_pages=$(psql_q "SHOW huge_pages") (HugePages_Total $(awk '/^HugePages_Total/ {print $2}' /proc/meminfo))"
 echo
 
-export ORACLE_PSQL
-ORACLE_PSQL=$(printf '%s\x1f' "$bin/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$sock" -p "$port" -U postgres)
-ORACLE_PSQL=${ORACLE_PSQL%$'\x1f'}
+oracle_psql_env
 perl_oracle() { perl -I"$repo/t/lib" "$work/oracle.pl" "$@"; }
 
 # -------------------------------------------------------------------- rounds
@@ -745,10 +649,7 @@ for r in "${round_list[@]}"; do
     echo
 done
 
-if [ "$(md5sum "$pkglib/ptrack.so" | cut -d' ' -f1)" != "$so_md5" ]; then
-    echo "WARNING: ptrack.so was reinstalled during the run (md5 now $(md5sum "$pkglib/ptrack.so" | cut -d' ' -f1)):"
-    echo "WARNING: servers started after that loaded another build"
-fi
+warn_if_reinstalled
 psql_q "DROP TABLE IF EXISTS bench_targets" >/dev/null
 echo "## summary (ms, medians; a = default, b = use_segment_summary off, c = read every page: warm, cold cache;"
 echo "## a_cold = first call of a session after drop_caches)"
@@ -759,6 +660,6 @@ printf '%-4s %-7s %7s %7s %7s %4s | %7s %7s %7s %7s %7s %7s | %7s %7s %7s %7s %7
     updated changed listed miss a_first a_1cpu a_rep a_rcpu b_first b_1cpu b_rep b_rcpu a_flt b_flt b/a_cpu b/a_wal \
     c_warm c_wcpu c_cold a_cold
 cat "$table"
-stop_server
+server_stop "$datadir"
 [ $own_datadir -eq 1 ] && [ $keep -eq 0 ] && as_pg rm -rf "$datadir"
 exit 0

@@ -39,7 +39,9 @@
 # Run as root (servers and pgbench then run as the unprivileged user
 # ptrack_test through runuser, as PostgreSQL refuses root) or as a normal
 # user.  Servers listen on a Unix socket in a private temp dir only, and are
-# stopped by their own postmaster PID at the end, also on failure.
+# stopped by their own postmaster PID at the end, also on failure.  That
+# plumbing, the options --port, --keep, --prefix and the machine lines of
+# the report are shared with the other benchmarks in bench/lib.sh.
 #
 # Usage: bench/pgbench_overhead.sh [options]
 #   --pairs N          A/B pairs per workload and map size (default 10)
@@ -63,9 +65,8 @@
 set -euo pipefail
 export LC_ALL=C
 unset PGOPTIONS PGSERVICE PGSERVICEFILE PGSSLMODE || true
-
-usage() { sed -n '/^# Usage:/,/^# The extension/p' "$0" | sed 's/^# \{0,1\}//'; }
-die() { echo "pgbench_overhead: $*" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 pairs='' duration='' warmup='' quick=0 keep=0 results_copy='' prefix=${PG_PREFIX:-}
 workloads='select-only,tpcb-like,evict-update'
@@ -81,13 +82,9 @@ while [ $# -gt 0 ]; do
         --map-size) map_sizes=${map_sizes:+$map_sizes,}${2:?}; shift ;;
         --scale) scale=${2:?}; shift ;;
         --evict-scale) evict_scale=${2:?}; shift ;;
-        --port) port=${2:?}; shift ;;
         --quick) quick=1 ;;
         --results) results_copy=${2:?}; shift ;;
-        --keep) keep=1 ;;
-        --prefix) prefix=${2:?}; shift ;;
-        -h|--help) usage; exit 0 ;;
-        *) usage >&2; die "unknown argument: $1" ;;
+        *) common_option "$@" && shift ;;   # --port, --keep, --prefix, --help
     esac
     shift
 done
@@ -96,7 +93,6 @@ if [ $quick -eq 1 ]; then
 fi
 pairs=${pairs:-10} duration=${duration:-15} warmup=${warmup:-5} map_sizes=${map_sizes:-64}
 
-is_int() { [[ $1 =~ ^[0-9]+$ ]]; }
 for v in "$pairs" "$duration" "$warmup" "$scale" "$evict_scale" "$port"; do
     is_int "$v" || die "not a non-negative integer: $v"
 done
@@ -110,40 +106,22 @@ for w in "${workload_list[@]}"; do
     case $w in select-only|tpcb-like|evict-update) ;; *) die "unknown workload: $w" ;; esac
 done
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
 summary_pl="$repo/bench/ratio_summary.pl"
 [ -r "$summary_pl" ] || die "missing $summary_pl"
-if [ -z "$prefix" ]; then
-    prefix=$("$repo/scripts/build-postgres.sh" --print-prefix) || die "cannot find the PostgreSQL prefix"
-fi
-bin="$prefix/bin"
-for b in postgres pg_ctl initdb pgbench psql pg_config; do
-    [ -x "$bin/$b" ] || die "$bin/$b missing: build the server with scripts/build-postgres.sh"
-done
-pkglib=$("$bin/pg_config" --pkglibdir)
-[ -r "$pkglib/ptrack.so" ] || die "$pkglib/ptrack.so missing: run 'make install' in $repo"
+find_postgres postgres pg_ctl initdb pgbench psql pg_config
 
 # Who runs the servers.  As root, everything that touches a cluster goes
 # through runuser; as anyone else it runs directly.
-if [ "$(id -u)" -eq 0 ]; then
-    pguser=ptrack_test
-    id "$pguser" >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash "$pguser"
-    as_pg() { runuser -u "$pguser" -- "$@"; }
-else
-    pguser=$(id -un)
-    as_pg() { "$@"; }
-fi
+pg_user_setup
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/ptrack-pgbench.XXXXXX")
-chmod 700 "$work"
-[ "$(id -u)" -eq 0 ] && chown "$pguser" "$work"
+# The temp dir, also the servers' socket directory ($sock): private to this run.
+make_work ptrack-pgbench 700
 cd "$work"
-sock="$work"            # socket directory: private to this run
 # The EXIT trap may run while a command's stderr is redirected into a run log
 # (a signal during pgbench): fd 9 keeps the script's own stderr for it.
 exec 9>&2
+bench_errfd=9
 results="$work/runs.tsv"
-running_dd=''           # data dir of the server currently up, if any
 
 # Pin the build.  Others may `make install` while a series runs, and a B run
 # on another build would mix two binaries into one figure.  B loads 'ptrack'
@@ -162,41 +140,6 @@ else
     chmod 755 "$work/lib/ptrack.so"
     pin_how='copy'
 fi
-
-stop_server() {
-    local dd=$1 pid
-    [ -f "$dd/postmaster.pid" ] || return 0
-    pid=$(head -n 1 "$dd/postmaster.pid")
-    if ! as_pg "$bin/pg_ctl" -D "$dd" -w -t 300 -m fast stop >/dev/null 2>&1; then
-        # pg_ctl failed: end that postmaster by its own PID, nothing broader.
-        if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
-            kill -QUIT "$pid" 2>/dev/null || true
-            sleep 2
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-    fi
-    running_dd=''
-}
-
-cleanup() {
-    local rc=$?
-    trap - EXIT
-    [ -n "$running_dd" ] && stop_server "$running_dd"
-    if [ $keep -eq 1 ] || [ $rc -ne 0 ]; then
-        echo "pgbench_overhead: temp dir kept: $work" >&9
-    else
-        cd / && rm -rf "$work"
-    fi
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-psql_q() {   # psql_q SQL: one value, unaligned, no header
-    as_pg "$bin/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$sock" -p "$port" -U postgres -d postgres \
-        -c "SET client_min_messages = warning" -c "$1"
-}
 
 # ---------------------------------------------------------------- workloads
 # Sets wl_scale wl_sb wl_clients wl_args wl_writes for workload $1.
@@ -223,13 +166,7 @@ EOF
 # the mode file (A or B) is included last.
 write_conf() {
     local dd=$1 sb=$2
-    as_pg tee -a "$dd/postgresql.conf" >/dev/null <<EOF
-
-# ---- pgbench_overhead.sh
-listen_addresses = ''
-unix_socket_directories = '$sock'
-port = $port
-max_connections = 20
+    server_conf "$dd" <<EOF
 shared_buffers = $sb
 synchronous_commit = off
 max_wal_size = 4GB
@@ -259,12 +196,7 @@ postmaster_maps_ptrack() {   # true if the running postmaster mapped a ptrack.so
     grep -q '/ptrack\.so' "/proc/$pid/maps"
 }
 
-start_server() {
-    local dd=$1
-    as_pg "$bin/pg_ctl" -D "$dd" -l "$dd/../server.log" -w -t 300 start >/dev/null ||
-        { tail -n 30 "$dd/../server.log" >&2; die "server in $dd did not start"; }
-    running_dd=$dd
-}
+start_server() { server_start "$1" "$1/../server.log" "server in $1"; }
 
 # Proves that B really runs ptrack and A really does not.
 verify_mode() {
@@ -313,7 +245,7 @@ run_pgbench() {
 # Appends a TSV line to $results and prints a human line.
 one_run() {
     local wl=$1 dd=$2 map=$3 pair=$4 slot=$5 cfg=$6 out tps lsn marked load
-    [ -n "$running_dd" ] && stop_server "$running_dd"
+    [ -n "$running_dd" ] && server_stop "$running_dd"
     set_mode "$dd" "$cfg" "$map"
     start_server "$dd"
     verify_mode "$cfg" "$map"
@@ -321,7 +253,7 @@ one_run() {
         # Every B run loads the pinned build (verify_mode checked the mapping);
         # say so once if the installed file has been replaced meanwhile.
         local md5_now
-        md5_now=$(md5sum "$work/lib/ptrack.so" | cut -d' ' -f1)
+        md5_now=$(md5_of "$work/lib/ptrack.so")
         [ "$md5_now" = "$so_md5" ] || die "the pinned ptrack.so changed in place (md5 $md5_now)"
         if [ $so_changed -eq 0 ] && ! cmp -s "$pkglib/ptrack.so" "$work/lib/ptrack.so"; then
             so_changed=1
@@ -368,16 +300,11 @@ one_run() {
 }
 
 # ------------------------------------------------------------------ header
-pg_version=$("$bin/postgres" --version)
-so_md5=$(md5sum "$work/lib/ptrack.so" | cut -d' ' -f1)
-git_rev=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
-echo "# pgbench_overhead.sh: ptrack loaded (B) vs not loaded (A), same binary"
-echo "command:    $cmdline"
-echo "date:       $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-echo "machine:    $(nproc) CPUs, $(awk '/^MemTotal/ {printf "%.1f GB", $2/1048576}' /proc/meminfo) RAM," \
-     "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), kernel $(uname -r)"
-echo "load avg:   $(cut -d' ' -f1-3 /proc/loadavg) (at start)"
-echo "postgres:   $pg_version ($prefix)"
+so_md5=$(md5_of "$work/lib/ptrack.so")
+git_rev=$(tree_rev)
+report_header "ptrack loaded (B) vs not loaded (A), same binary"
+report_load
+report_postgres
 echo "ptrack.so:  md5 $so_md5 (tree $git_rev at start), pinned as $work/lib/ptrack.so ($pin_how of $pkglib/ptrack.so)"
 echo "runs as:    $pguser; sockets in $sock, port $port"
 echo "settings:   pairs $pairs (ABBA), duration ${duration}s, warm-up ${warmup}s, map sizes ${map_sizes} MB"
@@ -398,15 +325,13 @@ for w in "${workload_list[@]}"; do
     workload_setup "$w"
     dd="$work/$w/data"
     as_pg mkdir -p "$work/$w"
-    as_pg "$bin/initdb" -D "$dd" -U postgres -A trust --no-locale -E UTF8 -N >"$work/$w/initdb.log" 2>&1 ||
-        { cat "$work/$w/initdb.log" >&2; die "initdb failed"; }
+    server_initdb "$dd" "$work/$w/initdb.log"
     write_conf "$dd" "$wl_sb"
     set_mode "$dd" A 0
     start_server "$dd"
     verify_mode A 0
     t0=$(date +%s)
-    as_pg "$bin/pgbench" -h "$sock" -p "$port" -U postgres -i -q -s "$wl_scale" postgres \
-        >"$work/$w/init.log" 2>&1 || { cat "$work/$w/init.log" >&2; die "pgbench -i failed"; }
+    load_pgbench "$wl_scale" "$work/$w/init.log"
     psql_q "CREATE EXTENSION IF NOT EXISTS pg_prewarm" >/dev/null 2>&1 || true
     if [ "$wl_writes" -eq 1 ]; then
         # Condition the data, not measured.  Straight after pgbench -i every
@@ -430,7 +355,7 @@ for w in "${workload_list[@]}"; do
             done
         done
     done
-    stop_server "$dd"
+    server_stop "$dd"
     [ $keep -eq 1 ] || as_pg rm -rf "$dd"   # the next cluster does not need its disk
 done
 
