@@ -27,6 +27,8 @@
 #      ptrack.map_size changed (64MB -> 32MB); data checksums enabled with
 #      pg_checksums; the last batch of ptrack.map.delta cut short, and the
 #      delta file removed (the map is then older than the latest checkpoint);
+#      ptrack.map removed with its delta left (a WARNING, not just "not
+#      found");
 #   4b. not a rejection: a chunk of the data area (in the segment summary, and
 #      in the slots) or an entry of the chunk CRC table damaged.  The map is
 #      kept and the damaged chunk made conservative (one WARNING "N of M
@@ -66,6 +68,7 @@ my %reason = (
 	map_size => 'ptrack.map_size changed since it was written',
 	checksums => 'data checksums were enabled or disabled since it was written',
 	older => 'it is older than the latest checkpoint (a flush was missed, or the WAL was reset)',
+	map_deleted => 'it is missing while "ptrack.map.delta" exists (was it deleted?)',
 	backup_label =>
 	  'a backup_label file is present (the data directory was restored from a backup or rewound)',
 	fpw => 'the server crashed while full_page_writes was off, so recovery cannot re-mark pages',
@@ -336,6 +339,13 @@ stopped_case(
 	sub {
 		last_batch_is_latest('delta file removed');
 		unlink("$pgdata/ptrack.map.delta") or die "unlink: $!";
+	});
+stopped_case(
+	'ptrack.map removed, its delta left',
+	$reason{map_deleted},
+	sub {
+		ok(-e "$pgdata/ptrack.map.delta", 'ptrack.map removed: ptrack.map.delta exists');
+		unlink("$pgdata/ptrack.map") or die "unlink: $!";
 	});
 
 # ---------------------------------------------------------------------------

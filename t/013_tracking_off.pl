@@ -4,6 +4,10 @@
 # of the server, and switching it back on never trusts a map that missed
 # changes.
 #
+# 0. An invalid ptrack.map_size (not a size, out of range, or a non-zero
+#    size that rounds down to 0 MB) stops the server from starting, with a
+#    FATAL naming the value and a hint, and leaves the map files untouched;
+#    with the value fixed, the map is trusted again.
 # A. ptrack.map_size = 0 (library preloaded):
 #    - the map files of an earlier run (ptrack.map, ptrack.map.delta, and a
 #      leftover ptrack.map.tmp) are removed at startup, and none is written
@@ -13,8 +17,10 @@
 #    - ptrack_version() works; ptrack_init_lsn(), ptrack_get_pagemapset()
 #      and ptrack_get_change_stat() (NULL argument too) raise "ptrack change
 #      tracking is disabled";
-#    - back to 64MB: tracking starts afresh (new ptrack_init_lsn() later than
-#      the old one) and the page-LSN oracle passes from it.
+#    - back to 64MB after a clean stop: tracking starts afresh, and
+#      ptrack_init_lsn() is one byte past the start of the shutdown
+#      checkpoint (later than the old one), so the start LSN of a backup
+#      taken right away is accepted; the page-LSN oracle passes from it.
 # B. ptrack not in shared_preload_libraries:
 #    - the functions raise "ptrack is not loaded through
 #      shared_preload_libraries" (ptrack_version() works), also in a database
@@ -121,10 +127,46 @@ sub oracle_passes
 }
 
 # ---------------------------------------------------------------------------
-# A. ptrack.map_size = 0
+# 0. Invalid ptrack.map_size
 # ---------------------------------------------------------------------------
 
 $node->stop;
+my %map_bytes = map { $_ => slurp_file("$pgdata/$_") } ('ptrack.map', 'ptrack.map.delta');
+foreach my $case (
+	[ "'64MBB'", qr/FATAL:  invalid value for parameter "ptrack.map_size": "64MBB"\n.*\n.*HINT:  Valid units/ ],
+	[ "''", qr/FATAL:  invalid value for parameter "ptrack.map_size": ""/ ],
+	[ "-1", qr/FATAL:  -1 MB is outside the valid range for parameter "ptrack.map_size"/ ],
+	[ "'2TB'", qr/FATAL:  2097152 MB is outside the valid range for parameter "ptrack.map_size" \(0 .. 1048576 MB\)/ ],
+	[ "'100kB'", qr/FATAL:  ptrack.map_size "100kB" rounds down to 0 MB.*\n.*\n.*HINT:  Set at least 1MB/ ])
+{
+	my ($value, $fatal) = @$case;
+	$node->append_conf('postgresql.conf', "ptrack.map_size = $value");
+	my $off = log_position($node);
+	ok(!$node->start(fail_ok => 1), "map_size = $value: the server does not start");
+	my $startup = log_since($node, $off);
+	like($startup, $fatal, "map_size = $value: a FATAL names the value");
+	unlike($startup, qr/ptrack removed file/, "map_size = $value: no map file is removed");
+	foreach my $file (sort keys %map_bytes)
+	{
+		ok(-e "$pgdata/$file" && slurp_file("$pgdata/$file") eq $map_bytes{$file},
+			"map_size = $value: $file is unchanged");
+	}
+}
+$node->append_conf('postgresql.conf', 'ptrack.map_size = 64MB');
+my $fixed_offset = log_position($node);
+$node->start;
+like(log_since($node, $fixed_offset), qr/LOG:  ptrack loaded map file "ptrack\.map"/,
+	'map_size fixed: the map kept through the failed starts is trusted');
+is(init_lsn($node), $init_before, 'map_size fixed: ptrack_init_lsn() is unchanged');
+# A full flush at this run's first checkpoint, so that the shutdown checkpoint appends a delta.
+$node->safe_psql('postgres',
+	'UPDATE pgbench_branches SET bbalance = 2; CHECKPOINT; UPDATE pgbench_branches SET bbalance = 3;');
+$node->stop;
+
+# ---------------------------------------------------------------------------
+# A. ptrack.map_size = 0
+# ---------------------------------------------------------------------------
+
 ok(-e "$pgdata/ptrack.map" && -e "$pgdata/ptrack.map.delta",
 	'map_size = 0: ptrack.map and ptrack.map.delta exist from the earlier run');
 open(my $tmp, '>:raw', "$pgdata/ptrack.map.tmp") or die "ptrack.map.tmp: $!";
@@ -157,6 +199,10 @@ ok(!-e "$pgdata/ptrack.map" && !-e "$pgdata/ptrack.map.delta" && !-e "$pgdata/pt
 # Back on: a fresh start.
 my $L_off = $node->lsn('insert');
 $node->stop;
+my ($controldata) = run_command([ 'pg_controldata', $pgdata ]);
+my ($shutdown_redo) = $controldata =~ /^Latest checkpoint's REDO location:\s+(\S+)$/m;
+ok(defined $shutdown_redo && $controldata =~ /^Database cluster state:\s+shut down$/m,
+	'map_size back to 64MB: pg_controldata shows a clean shutdown and its redo LSN');
 $node->append_conf('postgresql.conf', 'ptrack.map_size = 64MB');
 $offset = log_position($node);
 $node->start;
@@ -164,10 +210,21 @@ $log = log_since($node, $offset);
 like($log, qr/LOG:  ptrack map file "ptrack\.map" not found: change tracking starts now$/m,
 	'map_size back to 64MB: no map file, tracking starts now');
 unlike($log, qr/WARNING/, 'map_size back to 64MB: no WARNING at startup');
+# The first full backup after tracking starts, taken before anything asks for
+# ptrack_init_lsn() (its checkpoint makes the first map flush), is a valid
+# base: its start LSN is accepted.
+my $first_backup = $node->safe_psql('postgres',
+	"SELECT pg_backup_start('first full backup', true);\n"
+	  . "SELECT count(*) >= 0 FROM ptrack_get_pagemapset((SELECT redo_lsn FROM pg_control_checkpoint()));\n"
+	  . "SELECT lsn FROM pg_backup_stop(false);");
+like($first_backup, qr/^t$/m,
+	'map_size back to 64MB: a full backup started right away can be the base of an incremental');
 my $init_on = init_lsn($node);
 cmp_ok(lsn_to_int($init_on), '>', lsn_to_int($L_off),
 	"map_size back to 64MB: the new ptrack_init_lsn() $init_on is later than the last LSN of the "
 	  . "run without tracking ($L_off) and than the old one ($init_before)");
+is(lsn_to_int($init_on), lsn_to_int($shutdown_redo) + 1,
+	"map_size back to 64MB: ptrack_init_lsn() $init_on is one byte past the shutdown checkpoint ($shutdown_redo)");
 my $baseline = block_counts($pgdata);
 $node->command_ok([ 'pgbench', '-n', '-c', '2', '-j', '2', '-T', '3', 'postgres' ],
 	'map_size back to 64MB: pgbench runs');

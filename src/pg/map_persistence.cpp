@@ -457,6 +457,38 @@ uint64_t append_delta(const MapFileHeader& header, Lsn threshold, bool* too_big)
 
 }  // namespace
 
+namespace {
+
+/*
+ * ptrack_init_lsn() of a fresh map, when it can be known at startup: after a
+ * clean shutdown of a primary (pg_control state "shut down", no backup_label),
+ * every change made before the shutdown checkpoint is on disk, and every WAL
+ * record after it is written or replayed in this run, after the map exists,
+ * so its pages are marked.  The result is one byte past the start of that
+ * checkpoint record (its redo LSN): the record itself, and whatever was done
+ * to the stopped cluster without WAL (pg_checksums), lie before it, and the
+ * start LSN of any backup taken in this run lies after it.  So the first full
+ * backup taken after ptrack is enabled (or reset) can be the base of the next
+ * incremental, while no earlier backup can.  Otherwise 0:
+ * after a crash, or a standby's shutdown (replay restarts at an older
+ * restartpoint and skips pages already written), pages changed before this
+ * run may be unmarked, and ptrack_init_lsn() is established on first use
+ * instead (init_lsn()).
+ */
+Lsn fresh_map_init_lsn()
+{
+    bool crc_ok = false;
+    ControlFileData* control = get_controlfile(DataDir, &crc_ok);
+    struct stat st;
+    Lsn lsn = 0;
+    if (crc_ok && control->state == DB_SHUTDOWNED && stat(BACKUP_LABEL_FILE, &st) != 0)
+        lsn = control->checkPointCopy.redo + 1;
+    pfree(control);
+    return lsn;
+}
+
+}  // namespace
+
 void remove_map_files()
 {
     remove_file_if_exists(kMapTempFileName, LOG);
@@ -472,12 +504,15 @@ void load_map(SharedState* state, Map* map)
 
     const int fd = OpenTransientFile(kMapFileName, O_RDONLY | PG_BINARY);
     if (fd < 0) {
-        if (errno == ENOENT)
-            ereport(LOG, (errmsg("ptrack map file \"%s\" not found: change tracking starts now", kMapFileName)));
-        else
+        struct stat st;
+        if (errno != ENOENT)
             warn_not_trusted("it could not be opened");
+        else if (stat(kMapDeltaFileName, &st) == 0)
+            warn_not_trusted("it is missing while \"ptrack.map.delta\" exists (was it deleted?)");
+        else
+            ereport(LOG, (errmsg("ptrack map file \"%s\" not found: change tracking starts now", kMapFileName)));
         map->clear();
-        state->init_lsn = 0;
+        state->init_lsn = fresh_map_init_lsn();
         remove_file_if_exists(kMapDeltaFileName, DEBUG1);
         return;
     }
@@ -492,7 +527,7 @@ void load_map(SharedState* state, Map* map)
     }
     warn_not_trusted(reason);
     map->clear();
-    state->init_lsn = 0;
+    state->init_lsn = fresh_map_init_lsn();
     /* Never let a rejected file be read again, e.g. after a crash before the next flush. */
     remove_file_if_exists(kMapDeltaFileName, DEBUG1);
     remove_file_if_exists(kMapFileName, DEBUG1);

@@ -167,10 +167,53 @@ void require_tracking()
 
 using namespace ptrack::pg;
 
+/*
+ * PostgreSQL keeps a custom parameter at its default (0 here: tracking off)
+ * when the configured value is invalid, with only a WARNING.  For
+ * ptrack.map_size that would silently turn tracking off and remove the map
+ * files of the previous run (ptrack_shmem_startup), so the next backup would
+ * have to be full.  Check the configured text (`raw`, NULL if not set)
+ * ourselves and refuse to start instead.  Also refuses a non-zero size that
+ * rounds to 0 MB (e.g. 100kB).  Rules: parse_int() as for any GUC with
+ * GUC_UNIT_MB (src/backend/utils/misc/guc.c).
+ */
+static void check_configured_map_size(const char* raw)
+{
+    if (raw == NULL)
+        return;
+    int mb = 0;
+    const char* hint = NULL;
+    if (!parse_int(raw, &mb, GUC_UNIT_MB, &hint))
+        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("invalid value for parameter \"ptrack.map_size\": \"%s\"", raw),
+                        errdetail("The server does not start with change tracking in an unknown state; the "
+                                  "map files of the previous run are kept."),
+                        hint != NULL ? errhint("%s", hint)
+                                     : errhint("Set a size in MB, such as 64MB, or 0 to turn tracking off.")));
+    if (mb < 0 || mb > kMaxMapSizeMb)
+        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("%d MB is outside the valid range for parameter \"ptrack.map_size\" (0 .. %d MB)",
+                               mb, kMaxMapSizeMb),
+                        errdetail("The server does not start with change tracking in an unknown state; the "
+                                  "map files of the previous run are kept."),
+                        errhint("Set a size in MB, such as 64MB, or 0 to turn tracking off.")));
+    int kb = 0;
+    if (mb == 0 && parse_int(raw, &kb, GUC_UNIT_KB, NULL) && kb != 0)
+        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("ptrack.map_size \"%s\" rounds down to 0 MB, which turns change tracking off", raw),
+                        errdetail("The server does not start with change tracking in an unknown state; the "
+                                  "map files of the previous run are kept."),
+                        errhint("Set at least 1MB, or exactly 0 to turn tracking off.")));
+}
+
 void _PG_init(void)
 {
     if (!process_shared_preload_libraries_in_progress)
         return;
+
+    /* The text as configured, read before DefineCustomIntVariable() replaces the placeholder. */
+    const char* configured = GetConfigOption("ptrack.map_size", true, false);
+    char* configured_copy = configured != NULL ? pstrdup(configured) : NULL;
 
     DefineCustomIntVariable("ptrack.map_size",
                             "Size of the ptrack change map in shared memory.",
@@ -183,6 +226,7 @@ void _PG_init(void)
                              "Turning it off makes every block of every file be probed; for benchmarks.",
                              &use_segment_summary, true, PGC_SUSET, GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
     MarkGUCPrefixReserved("ptrack");
+    check_configured_map_size(configured_copy);
     preloaded = true;
 
     prev_shmem_request_hook = shmem_request_hook;
