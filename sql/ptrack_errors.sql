@@ -30,9 +30,12 @@ SELECT ptrack_init_lsn() AS init_lsn \gset
 SELECT show_error($$SELECT * FROM ptrack_get_pagemapset('0/0')$$);
 SELECT ptrack_init_lsn() = :'init_lsn' AS init_lsn_unchanged;
 
--- an LSN in the future lists nothing but FSM forks (always listed in full)
-SELECT count(*) FILTER (WHERE path !~ '_fsm') AS non_fsm_rows
-  FROM ptrack_get_pagemapset('FFFFFFFF/FFFFFFFF');
+-- an LSN the server has not reached is refused (it would list next to nothing)
+SELECT show_error($$SELECT * FROM ptrack_get_pagemapset('FFFFFFFF/FFFFFFFF')$$);
+SELECT show_error($$SELECT * FROM ptrack_get_change_stat('FFFFFFFF/FFFFFFFF')$$);
+SELECT show_error(format('SELECT * FROM ptrack_get_pagemapset(%L)', pg_current_wal_insert_lsn() + 100000000));
+-- the current WAL position itself is accepted
+SELECT count(*) >= 0 AS accepted FROM ptrack_get_pagemapset(pg_current_wal_insert_lsn());
 
 -- the map size cannot change at run time
 SET ptrack.map_size = '2MB';

@@ -47,7 +47,7 @@ static_assert(noexcept(map.segment_may_have_changed(RelFork{}, 0, 0)), "engine m
 static_assert(noexcept(pagemap_set_all(nullptr, 0)), "engine must not throw");
 static_assert(noexcept(pagemap_trimmed_length(nullptr, 0)), "engine must not throw");
 
-/* The start_lsn argument: not NULL, not older than ptrack_init_lsn(). */
+/* The start_lsn argument: not NULL, not older than ptrack_init_lsn(), not ahead of the WAL. */
 Lsn checked_start_lsn(FunctionCallInfo fcinfo)
 {
     require_tracking();
@@ -62,6 +62,20 @@ Lsn checked_start_lsn(FunctionCallInfo fcinfo)
                                PTRACK_LSN_ARGS(init)),
                         errdetail("Changes made before %X/%X were not tracked.", PTRACK_LSN_ARGS(init)),
                         errhint("Take a full backup.")));
+    /*
+     * An LSN this server has not reached cannot be the start of a backup of
+     * this cluster as it is (another cluster, another timeline, a standby
+     * behind the primary the backup was taken from): answering would list
+     * next to nothing, and the incremental backup would silently miss
+     * changes.
+     */
+    const Lsn now = current_mark_lsn();
+    if (start > now)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("start_lsn %X/%X is ahead of this server's WAL position", PTRACK_LSN_ARGS(start)),
+                        errdetail("The WAL position is %X/%X.", PTRACK_LSN_ARGS(now)),
+                        errhint("Pass the start LSN of a backup of this cluster; on a standby, wait until it has "
+                                "replayed past it.")));
     return start;
 }
 
