@@ -195,8 +195,8 @@ inline void mark_prefetched(const ptrack::Map& map, const RelFork& rel, BlockNum
 {
     const Lsn value = map.stored_lsn(lsn);
     const uint64_t rel_hash = ptrack::hash_rel(rel);
-    const ptrack::Map::SegmentRef seg = map.segment_ref(rel_hash, block / map.geometry().blocks_per_segment);
-    uint64_t* summary = &seg.summary_window[(block - seg.first_block) >> ptrack::kSummaryRangeShift];
+    uint64_t* summary =
+        ptrack::Map::summary_slot(map.segment_ref(rel_hash, block / map.geometry().blocks_per_segment), block);
     const ptrack::SlotPair s = map.slots_of_hashed(rel_hash, block);
     uint64_t* first = &map.slots()[s.first];
     uint64_t* second = &map.slots()[s.second];

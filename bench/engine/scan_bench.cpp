@@ -209,10 +209,10 @@ double cpu_seconds()
 uint64_t blocks_in_changed_ranges(const ptrack::Map& map, const RelFork& rel, uint32_t segno, uint32_t nblocks,
                                   Lsn since)
 {
-    const uint64_t* window = &map.summary()[map.summary_window_hashed(ptrack::hash_rel(rel), segno)];
+    const ptrack::Map::SegmentRef seg = map.segment_ref(ptrack::hash_rel(rel), segno);
     uint64_t blocks = 0;
     for (uint32_t start = 0; start < nblocks; start += ptrack::kSummaryRangeBlocks)
-        if (window[start >> ptrack::kSummaryRangeShift] >= since)
+        if (ptrack::load_lsn(ptrack::Map::summary_slot(seg, seg.first_block + start)) >= since)
             blocks += std::min(nblocks - start, ptrack::kSummaryRangeBlocks);
     return blocks;
 }

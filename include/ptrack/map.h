@@ -173,6 +173,12 @@ public:
                           segno * geometry_.blocks_per_segment, segno};
     }
 
+    /* The summary slot of `block` (counted from the relation fork's first block) of segment `seg`. */
+    static uint64_t* summary_slot(const SegmentRef& seg, BlockNumber block) noexcept
+    {
+        return &seg.summary_window[(block - seg.first_block) >> kSummaryRangeShift];
+    }
+
     /*
      * mark() for a block of the segment `seg` refers to: `block` counts from
      * the relation fork's first block, and block / blocks_per_segment must be
@@ -181,7 +187,7 @@ public:
     void mark_in_segment(const SegmentRef& seg, BlockNumber block, Lsn lsn) noexcept
     {
         const Lsn value = stored_lsn(lsn);
-        atomic_max_lsn(&seg.summary_window[(block - seg.first_block) >> kSummaryRangeShift], value);
+        atomic_max_lsn(summary_slot(seg, block), value);
         const SlotPair s = slots_of_hashed(seg.rel_hash, block);
         atomic_max_lsn(&slots_[s.first], value);
         atomic_max_lsn(&slots_[s.second], value);
@@ -221,9 +227,8 @@ public:
     /* The summary slot of a block (`block` counts from the relation fork's first block). */
     uint64_t summary_slot_index(const RelFork& rel, BlockNumber block) const noexcept
     {
-        const uint32_t segno = block / geometry_.blocks_per_segment;
-        return summary_window_hashed(hash_rel(rel), segno) +
-               ((block - segno * geometry_.blocks_per_segment) >> kSummaryRangeShift);
+        const SegmentRef seg = segment_ref(hash_rel(rel), block / geometry_.blocks_per_segment);
+        return static_cast<uint64_t>(summary_slot(seg, block) - summary_);
     }
     SlotPair slots_of_hashed(uint64_t rel_hash, BlockNumber block) const noexcept;
     /* The first summary slot of a segment's window. */

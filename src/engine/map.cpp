@@ -46,7 +46,7 @@ void Map::clear() noexcept
 
 bool Map::segment_may_have_changed(const RelFork& rel, uint32_t segno, Lsn since) const noexcept
 {
-    const uint64_t* window = &summary_[summary_window_hashed(hash_rel(rel), segno)];
+    const uint64_t* window = segment_ref(hash_rel(rel), segno).summary_window;
     Lsn max = 0;
     for (uint32_t i = 0, n = geometry_.summary_window(); i < n; ++i) {
         const Lsn v = load_lsn(&window[i]);
@@ -106,17 +106,15 @@ uint32_t Map::segment_pagemap(const RelFork& rel, uint32_t segno, uint32_t nbloc
                               uint8_t* pagemap, bool use_summary) const noexcept
 {
     std::memset(pagemap, 0, (static_cast<size_t>(nblocks) + 7) / 8);
-    const uint64_t rel_hash = hash_rel(rel);
-    const uint64_t* window = &summary_[summary_window_hashed(rel_hash, segno)];
+    const SegmentRef seg = segment_ref(hash_rel(rel), segno);
     /* blocks_per_segment and the range are multiples of 8: a byte of the bitmap is one slot group. */
-    const BlockNumber first_block = segno * geometry_.blocks_per_segment;
     uint32_t count = 0;
     for (uint32_t start = 0; start < nblocks; start += kSummaryRangeBlocks) {
-        if (use_summary && load_lsn(&window[start >> kSummaryRangeShift]) < since)
+        if (use_summary && load_lsn(summary_slot(seg, seg.first_block + start)) < since)
             continue; /* nothing in this 8 MB range changed */
         const uint32_t end = nblocks - start < kSummaryRangeBlocks ? nblocks : start + kSummaryRangeBlocks;
-        count += probe_groups(rel_hash, first_block, start / kSlotsPerLine, (end + kSlotsPerLine - 1) / kSlotsPerLine,
-                              nblocks, since, pagemap);
+        count += probe_groups(seg.rel_hash, seg.first_block, start / kSlotsPerLine,
+                              (end + kSlotsPerLine - 1) / kSlotsPerLine, nblocks, since, pagemap);
     }
     return count;
 }
