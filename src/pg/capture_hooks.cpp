@@ -3,9 +3,9 @@
  * storage-manager hooks (patches/), chained to any hook installed before us.
  *
  * The write path is ptrack_mdwrite/ptrack_mdextend -> capture_write() ->
- * capture_block_written() -> Map::mark_hashed(): no lock, no allocation, no
- * error.  Temporary relations are
- * skipped: they never survive a restart and no backup copies them.
+ * capture_block_written() -> Map::mark_in_segment(), all inlined into the
+ * hook: no lock, no allocation, no error.  Temporary relations are skipped:
+ * they never survive a restart and no backup copies them.
  *
  * Blocks removed by truncation need no capture: a backup tool takes every
  * file's current length, and re-extension goes through mdextend.

@@ -455,10 +455,6 @@ uint64_t append_delta(const MapFileHeader& header, Lsn threshold, bool* too_big)
     return written;
 }
 
-}  // namespace
-
-namespace {
-
 /*
  * ptrack_init_lsn() of a fresh map, when it can be known at startup: after a
  * clean shutdown of a primary (pg_control state "shut down", no backup_label),

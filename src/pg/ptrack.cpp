@@ -181,29 +181,26 @@ static void check_configured_map_size(const char* raw)
 {
     if (raw == NULL)
         return;
-    int mb = 0;
+    char problem[256];
     const char* hint = NULL;
-    if (!parse_int(raw, &mb, GUC_UNIT_MB, &hint))
-        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("invalid value for parameter \"ptrack.map_size\": \"%s\"", raw),
-                        errdetail("The server does not start with change tracking in an unknown state; the "
-                                  "map files of the previous run are kept."),
-                        hint != NULL ? errhint("%s", hint)
-                                     : errhint("Set a size in MB, such as 64MB, or 0 to turn tracking off.")));
-    if (mb < 0 || mb > kMaxMapSizeMb)
-        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("%d MB is outside the valid range for parameter \"ptrack.map_size\" (0 .. %d MB)",
-                               mb, kMaxMapSizeMb),
-                        errdetail("The server does not start with change tracking in an unknown state; the "
-                                  "map files of the previous run are kept."),
-                        errhint("Set a size in MB, such as 64MB, or 0 to turn tracking off.")));
+    int mb = 0;
     int kb = 0;
-    if (mb == 0 && parse_int(raw, &kb, GUC_UNIT_KB, NULL) && kb != 0)
-        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("ptrack.map_size \"%s\" rounds down to 0 MB, which turns change tracking off", raw),
-                        errdetail("The server does not start with change tracking in an unknown state; the "
-                                  "map files of the previous run are kept."),
-                        errhint("Set at least 1MB, or exactly 0 to turn tracking off.")));
+    if (!parse_int(raw, &mb, GUC_UNIT_MB, &hint))
+        snprintf(problem, sizeof(problem), "invalid value for parameter \"ptrack.map_size\": \"%s\"", raw);
+    else if (mb < 0 || mb > kMaxMapSizeMb)
+        snprintf(problem, sizeof(problem),
+                 "%d MB is outside the valid range for parameter \"ptrack.map_size\" (0 .. %d MB)", mb,
+                 kMaxMapSizeMb);
+    else if (mb == 0 && parse_int(raw, &kb, GUC_UNIT_KB, NULL) && kb != 0) {
+        snprintf(problem, sizeof(problem),
+                 "ptrack.map_size \"%s\" rounds down to 0 MB, which turns change tracking off", raw);
+        hint = "Set at least 1MB, or exactly 0 to turn tracking off.";
+    } else
+        return;
+    ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg_internal("%s", problem),
+                    errdetail("The server does not start with change tracking in an unknown state; the map "
+                              "files of the previous run are kept."),
+                    errhint("%s", hint != NULL ? hint : "Set a size in MB, such as 64MB, or 0 to turn tracking off.")));
 }
 
 void _PG_init(void)

@@ -91,15 +91,12 @@ struct PagemapScan {
 };
 
 /*
- * Fills state->pagemap for one file; returns the number of changed blocks.
- * Unlogged relations are not backed up (only their init fork), and FSM forks
- * are not WAL-logged, so every FSM block is listed (DESIGN.md section 1).
+ * Fills state->pagemap for one file that file_may_have_changed() let
+ * through; returns the number of changed blocks.  FSM forks are not
+ * WAL-logged, so every FSM block is listed (DESIGN.md section 1).
  */
 uint32_t file_changes(const RelationFile* file, PagemapScan* state)
 {
-    state->nblocks = 0;
-    if (file->unlogged)
-        return 0;
     uint64_t nblocks = (file->size_bytes + BLCKSZ - 1) / BLCKSZ;
     if (nblocks > RELSEG_SIZE)
         nblocks = RELSEG_SIZE; /* a segment file never holds more; be safe on odd sizes */
@@ -112,8 +109,9 @@ uint32_t file_changes(const RelationFile* file, PagemapScan* state)
 }
 
 /*
- * Before a file's size is looked up: false if file_changes() would surely
- * find nothing, so that unchanged files cost no stat().
+ * Before a file's size is looked up: false if it has nothing to list, so
+ * that unchanged files cost no stat().  Unlogged relations are not backed up
+ * (only their init fork); FSM forks are always listed whole.
  */
 bool file_may_have_changed(const RelSegment& segment, bool unlogged, void* arg)
 {
