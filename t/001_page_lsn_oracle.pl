@@ -28,7 +28,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackOracle qw(block_counts lsn_to_int missed_blocks relation_files);
+use PtrackOracle qw(block_counts lsn_to_int no_misses_ok relation_files);
 
 my $node = PostgreSQL::Test::Cluster->new('page_lsn_oracle');
 $node->init;
@@ -117,15 +117,6 @@ sub check_rows
 	  or diag(join("\n", @fsm_not_whole[ 0 .. ($#fsm_not_whole < 19 ? $#fsm_not_whole : 19) ]));
 }
 
-sub show_misses
-{
-	my (@misses) = @_;
-	return '' unless @misses;
-	my $n = @misses;
-	splice(@misses, 20) if @misses > 20;
-	return join("\n", "$n misses, first ones:", @misses);
-}
-
 # ---------------------------------------------------------------------------
 # Phase 1: from ptrack_init_lsn()
 # ---------------------------------------------------------------------------
@@ -162,20 +153,15 @@ $node->command_ok([ 'pgbench', '-c', '4', '-j', '2', '-T', '20', 'postgres' ],
 
 quiesce();
 
-my %stats;
-my @misses = missed_blocks(
-	$node, $L,
+my $stats = no_misses_ok($node, $L,
+	"L = ptrack_init_lsn(): every block with page LSN >= L or extended after L is listed",
 	forks => [ 'main', 'vm', 'init' ],
-	baseline => $baseline,
-	stats => \%stats);
-is(scalar @misses, 0,
-	"L = ptrack_init_lsn(): every block with page LSN >= L or extended after L is listed")
-  or diag(show_misses(@misses));
-cmp_ok($stats{at_or_after}, '>', 1000,
-	"L = ptrack_init_lsn(): the oracle saw many blocks with page LSN >= L ($stats{at_or_after})");
-cmp_ok($stats{extended}, '>', 1000,
-	"L = ptrack_init_lsn(): the oracle saw many blocks extended after L ($stats{extended})");
-my $map = $stats{pagemapset};
+	baseline => $baseline);
+cmp_ok($stats->{at_or_after}, '>', 1000,
+	"L = ptrack_init_lsn(): the oracle saw many blocks with page LSN >= L ($stats->{at_or_after})");
+cmp_ok($stats->{extended}, '>', 1000,
+	"L = ptrack_init_lsn(): the oracle saw many blocks extended after L ($stats->{extended})");
+my $map = $stats->{pagemapset};
 ok((grep { m{^pg_tblspc/\d+/PG_15_\d+/\d+/\d+} } keys %$map),
 	'L = ptrack_init_lsn(): files in tablespace ts1 are listed');
 my ($file_copy_db) = $node->safe_psql('postgres',
@@ -197,33 +183,28 @@ $node->command_ok([ 'pgbench', '-c', '4', '-j', '2', '-T', '10', 'postgres' ],
 
 quiesce();
 
-my %stats2;
-@misses = missed_blocks(
-	$node, $L2,
+my $stats2 = no_misses_ok($node, $L2,
+	"L2 = $L2: every block with page LSN >= L2 or extended after L2 is listed",
 	forks => [ 'main', 'vm', 'init' ],
-	baseline => $baseline2,
-	stats => \%stats2);
-is(scalar @misses, 0,
-	"L2 = $L2: every block with page LSN >= L2 or extended after L2 is listed")
-  or diag(show_misses(@misses));
-cmp_ok($stats2{at_or_after}, '>', 100,
-	"L2: the oracle saw many blocks with page LSN >= L2 ($stats2{at_or_after})");
-check_rows($stats2{pagemapset}, 'L2');
+	baseline => $baseline2);
+cmp_ok($stats2->{at_or_after}, '>', 100,
+	"L2: the oracle saw many blocks with page LSN >= L2 ($stats2->{at_or_after})");
+check_rows($stats2->{pagemapset}, 'L2');
 
-my $needed = $stats2{at_or_after} + $stats2{extended};
+my $needed = $stats2->{at_or_after} + $stats2->{extended};
 note(
 	sprintf(
 		'false positives from L2: %d listed blocks of the checked files had page LSN < L2 '
 		  . 'and were not extended after L2 (%d blocks checked, %d needed, %.1f%% extra); '
 		  . 'whole pagemapset: %d rows, %d blocks',
-		$stats2{listed_below}, $stats2{blocks}, $needed,
-		$needed ? 100.0 * $stats2{listed_below} / $needed : 0,
-		$stats2{rows}, $stats2{listed_total}));
+		$stats2->{listed_below}, $stats2->{blocks}, $needed,
+		$needed ? 100.0 * $stats2->{listed_below} / $needed : 0,
+		$stats2->{rows}, $stats2->{listed_total}));
 
 # The first L still holds after the second run.
-@misses = missed_blocks($node, $L, forks => [ 'main', 'vm', 'init' ], baseline => $baseline);
-is(scalar @misses, 0, 'L = ptrack_init_lsn() again after the second run: nothing missed')
-  or diag(show_misses(@misses));
+no_misses_ok($node, $L, 'L = ptrack_init_lsn() again after the second run: nothing missed',
+	forks => [ 'main', 'vm', 'init' ],
+	baseline => $baseline);
 
 $node->stop;
 done_testing();

@@ -51,7 +51,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 use PtrackCluster qw(ptrack_node map_header delta_batches log_position log_since not_trusted_re init_lsn);
-use PtrackOracle qw(block_counts lsn_to_int missed_blocks pagemapset);
+use PtrackOracle qw(block_counts lsn_to_int missed_blocks pagemapset show_misses);
 
 my $node = ptrack_node(
 	'restart_crash',
@@ -73,15 +73,6 @@ my $header0 = map_header($pgdata);
 ok($header0 && $header0->{crc_ok} && $header0->{magic} eq 'PTRACKMP',
 	'a checkpoint wrote a valid ptrack.map');
 is($header0->{init_lsn}, $init0, 'the map file carries ptrack_init_lsn()');
-
-sub show_misses
-{
-	my (@misses) = @_;
-	return '' unless @misses;
-	my $n = @misses;
-	splice(@misses, 20) if @misses > 20;
-	return join("\n", "$n misses, first ones:", @misses);
-}
 
 # True if block $block of $path is all zeroes on disk.
 sub zero_page

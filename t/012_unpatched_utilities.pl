@@ -19,7 +19,6 @@
 use strict;
 use warnings;
 
-use File::Copy qw(copy);
 use File::Find;
 use FindBin;
 use lib "$FindBin::RealBin/lib";
@@ -29,7 +28,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(ptrack_node map_header);
+use PtrackCluster qw(ptrack_node map_header rewind_from);
 
 my $node = ptrack_node(
 	'utilities',
@@ -159,17 +158,7 @@ $standby->safe_psql('postgres',
 	'CREATE TABLE only_new TABLESPACE ts1 AS SELECT g FROM generate_series(1, 10000) g; CHECKPOINT;');
 $node->stop;
 
-# pg_rewind copies the source's configuration files too: keep the target's.
-my $conf_copy = $node->basedir . '/postgresql.conf.keep';
-copy("$pgdata/postgresql.conf", $conf_copy) or die "copy: $!";
-$node->command_ok(
-	[
-		'pg_rewind', '--target-pgdata', $pgdata,
-		'--source-server', $standby->connstr('postgres'),
-		'--no-sync'
-	],
-	'pg_rewind of the old primary against the promoted standby');
-copy($conf_copy, "$pgdata/postgresql.conf") or die "copy: $!";
+rewind_from($node, $standby);
 $node->enable_streaming($standby);
 $node->start;
 

@@ -38,6 +38,7 @@ use warnings;
 use Carp;
 use Config;
 use Exporter 'import';
+use File::Copy qw(copy);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
@@ -50,6 +51,7 @@ our @EXPORT_OK = qw(
   not_trusted_re
   count_matches
   init_lsn
+  rewind_from
 );
 
 croak 'PtrackCluster needs a Perl with 64-bit integers'
@@ -280,6 +282,33 @@ sub init_lsn
 {
 	my ($node) = @_;
 	return $node->safe_psql('postgres', 'SELECT ptrack_init_lsn()');
+}
+
+=pod
+
+=item rewind_from($node, $source)
+
+pg_rewind of the stopped $node against the running $source (one test,
+command_ok), keeping $node's own F<postgresql.conf>: pg_rewind copies the
+source's configuration files too.
+
+=cut
+
+sub rewind_from
+{
+	my ($node, $source) = @_;
+	my $pgdata = $node->data_dir;
+	my $conf_copy = $node->basedir . '/postgresql.conf.keep';
+	copy("$pgdata/postgresql.conf", $conf_copy) or die "copy: $!";
+	$node->command_ok(
+		[
+			'pg_rewind', '--target-pgdata', $pgdata,
+			'--source-server', $source->connstr('postgres'),
+			'--no-sync'
+		],
+		'pg_rewind of the old primary against the promoted standby');
+	copy($conf_copy, "$pgdata/postgresql.conf") or die "copy: $!";
+	return;
 }
 
 =pod

@@ -80,6 +80,8 @@ our @EXPORT_OK = qw(
   lsn_to_int
   int_to_lsn
   missed_blocks
+  show_misses
+  no_misses_ok
 );
 
 use constant BLCKSZ => 8192;
@@ -483,6 +485,44 @@ sub missed_blocks
 
 	%{ $opts{stats} } = %s if $opts{stats};
 	return @misses;
+}
+
+=pod
+
+=item show_misses(@misses)
+
+The misses missed_blocks() returned, for a diag() after a failed test: their
+count and the first 20; '' when there are none.
+
+=cut
+
+sub show_misses
+{
+	my (@misses) = @_;
+	return '' unless @misses;
+	my $n = @misses;
+	splice(@misses, 20) if @misses > 20;
+	return join("\n", "$n misses, first ones:", @misses);
+}
+
+=pod
+
+=item no_misses_ok($node, $lsn, $name, %opts)
+
+One test named $name: missed_blocks($node, $lsn, %opts) finds no miss (the
+first misses go to diag() otherwise).  Returns the stats hashref of
+missed_blocks(), for the caller's checks that the oracle saw enough.
+
+=cut
+
+sub no_misses_ok
+{
+	my ($node, $lsn, $name, %opts) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my %stats;
+	my @misses = missed_blocks($node, $lsn, %opts, stats => \%stats);
+	Test::More::is(scalar @misses, 0, $name) or Test::More::diag(show_misses(@misses));
+	return \%stats;
 }
 
 =pod
