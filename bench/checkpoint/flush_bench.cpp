@@ -170,7 +170,7 @@ ptrack::MapFileHeader flush_header(const MapGeometry& geometry, Lsn redo)
     h.chunk_bytes = ptrack::kMapFileChunkBytes;
     h.flags = ptrack::kFlagFullPageWrites | ptrack::kFlagWalLevelReplica;
     h.init_lsn = 1;
-    h.flush_redo_lsn = redo;
+    h.covered_lsn = redo;
     h.timeline = 1;
     h.base_id = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
     return h;
@@ -258,7 +258,7 @@ Phases delta_flush(const Map& map, Lsn threshold, const std::string& dir, DeltaE
     batch.sequence = 1;
     batch.flags = header.flags;
     batch.entry_count = count;
-    batch.flush_redo_lsn = header.flush_redo_lsn;
+    batch.covered_lsn = header.covered_lsn;
     batch.init_lsn = header.init_lsn;
     batch.timeline = header.timeline;
     batch.entries_crc = crc;

@@ -23,7 +23,7 @@
  *   [ entry_count x { uint64 word index into the region, uint64 value } ]
  * The header carries the CRC of the entries, the base file's base_id (a
  * delta only applies to the ptrack.map it was written against), a sequence
- * number, and the flush redo LSN / init_lsn / flags of that flush.  Reading
+ * number, and the covered LSN / init_lsn / flags of that flush.  Reading
  * stops at the first batch that is short, has a bad CRC, another base_id or
  * an unexpected sequence number: a torn append only loses the flush it
  * belonged to, which the startup trust rule on the redo LSN then judges.
@@ -53,7 +53,7 @@ struct DeltaBatchHeader {
     uint32_t sequence;       /* 1 for the first batch after the base, then 2, 3, ... */
     uint32_t flags;          /* MapFileFlags of this flush */
     uint64_t entry_count;
-    Lsn flush_redo_lsn;      /* as in MapFileHeader, for this flush */
+    Lsn covered_lsn;         /* as in MapFileHeader, for this flush */
     Lsn init_lsn;
     uint32_t timeline;
     uint32_t entries_crc;    /* CRC-32C of the entries */

@@ -36,12 +36,23 @@ namespace ptrack {
 
 constexpr const char* kMapFileName = "ptrack.map";
 constexpr const char* kMapTempFileName = "ptrack.map.tmp";
-constexpr uint32_t kMapFileVersion = 1;
+/* 2: records the capture source and the covered LSN (1 had only the flush redo LSN). */
+constexpr uint32_t kMapFileVersion = 2;
 constexpr size_t kMapFileHeaderBytes = 512;
 constexpr uint32_t kMapFileChunkBytes = 64 * 1024; /* see bench/RESULTS.md, checkpoint cost */
 
 /* Finalised CRC-32C (Castagnoli) of `len` bytes. */
 using Crc32cFn = uint32_t (*)(const void* data, size_t len);
+
+/*
+ * Which capture source wrote the map (src/pg/capture_source.h).  A map is
+ * only trusted by the source that wrote it: their completeness arguments
+ * differ (hooks: checkpoint + full-page images; wal: the WAL itself).
+ */
+enum class CaptureSourceId : uint32_t { kNone = 0, kHooks = 1, kWal = 2 };
+
+/* "hooks", "wal" or "unknown". */
+const char* capture_source_name(CaptureSourceId source) noexcept;
 
 /* Conditions of the run that wrote the file, as flags. */
 enum MapFileFlags : uint32_t {
@@ -57,7 +68,15 @@ struct MapFileHeader {
     uint32_t chunk_bytes;
     uint32_t flags;          /* MapFileFlags */
     Lsn init_lsn;            /* ptrack_init_lsn() of the map */
-    Lsn flush_redo_lsn;      /* redo LSN of the checkpoint/restartpoint the map was flushed for */
+    /*
+     * The LSN up to which the saved marks are complete: every change whose
+     * WAL record ends at or before it is marked in the file (or, for hooks,
+     * re-marked by crash recovery, which starts at or after it).  hooks: the
+     * redo LSN of the checkpoint/restartpoint whose sync phase ended before
+     * the save; wal: the end of the last record the follower had applied.
+     */
+    Lsn covered_lsn;
+    CaptureSourceId source;  /* the capture source that wrote the map */
     uint32_t timeline;       /* timeline at flush (informational) */
     uint64_t base_id;        /* identifies this file to the delta batches written against it */
     uint64_t placement;      /* placement_fingerprint() of the build that wrote it */
@@ -95,6 +114,7 @@ struct StartupFacts {
     uint64_t system_identifier;
     uint32_t data_checksum_version;
     MapGeometry geometry;      /* from ptrack.map_size */
+    CaptureSourceId source;    /* the capture source of this run */
     Lsn checkpoint_redo;       /* pg_control's latest checkpoint redo LSN */
     bool backup_label;         /* backup_label present: restored from a backup, or rewound */
     bool crashed;              /* pg_control says the last run did not shut down cleanly */
@@ -107,12 +127,14 @@ struct StartupFacts {
 
 /*
  * Why a stored map with a valid header must not be trusted, or nullptr if it
- * can be.  The rules of DESIGN.md section 4: same cluster, same geometry and
- * file size, flushed no earlier than the checkpoint recovery starts from, no
- * backup_label, same data checksum setting, and after a crash, a run that
- * kept full_page_writes on and wal_level >= replica (otherwise replay cannot
- * re-mark pages written after the flush).  The text completes "the map file
- * is not trusted because ...".
+ * can be.  The rules of DESIGN.md section 4: same cluster, same capture
+ * source, same geometry and file size, no backup_label, same data checksum
+ * setting; and for the hooks source, flushed no earlier than the checkpoint
+ * recovery starts from and, after a crash, a run that kept full_page_writes
+ * on and wal_level >= replica (otherwise replay cannot re-mark pages written
+ * after the flush).  The wal source needs neither: its follower re-reads the
+ * WAL from covered_lsn, and finds out itself if that WAL is gone.  The text
+ * completes "the map file is not trusted because ...".
  */
 const char* map_file_distrust_reason(const MapFileHeader& header, const StartupFacts& facts) noexcept;
 

@@ -22,7 +22,7 @@ enum : size_t {
     kOffSequence = 16,
     kOffFlags = 20,
     kOffEntryCount = 24,
-    kOffFlushRedo = 32,
+    kOffCoveredLsn = 32,
     kOffInitLsn = 40,
     kOffTimeline = 48,
     kOffEntriesCrc = 52,
@@ -39,7 +39,7 @@ void delta_encode_batch_header(const DeltaBatchHeader& header, Crc32cFn crc32c, 
     put<uint32_t>(out, kOffSequence, header.sequence);
     put<uint32_t>(out, kOffFlags, header.flags);
     put<uint64_t>(out, kOffEntryCount, header.entry_count);
-    put<uint64_t>(out, kOffFlushRedo, header.flush_redo_lsn);
+    put<uint64_t>(out, kOffCoveredLsn, header.covered_lsn);
     put<uint64_t>(out, kOffInitLsn, header.init_lsn);
     put<uint32_t>(out, kOffTimeline, header.timeline);
     put<uint32_t>(out, kOffEntriesCrc, header.entries_crc);
@@ -55,7 +55,7 @@ bool delta_decode_batch_header(const uint8_t* in, Crc32cFn crc32c, DeltaBatchHea
     out->sequence = get<uint32_t>(in, kOffSequence);
     out->flags = get<uint32_t>(in, kOffFlags);
     out->entry_count = get<uint64_t>(in, kOffEntryCount);
-    out->flush_redo_lsn = get<uint64_t>(in, kOffFlushRedo);
+    out->covered_lsn = get<uint64_t>(in, kOffCoveredLsn);
     out->init_lsn = get<uint64_t>(in, kOffInitLsn);
     out->timeline = get<uint32_t>(in, kOffTimeline);
     out->entries_crc = get<uint32_t>(in, kOffEntriesCrc);

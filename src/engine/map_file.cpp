@@ -34,10 +34,11 @@ enum : size_t {
     kOffChunkBytes = 56,
     kOffFlags = 60,
     kOffInitLsn = 64,
-    kOffFlushRedoLsn = 72,
+    kOffCoveredLsn = 72,
     kOffTimeline = 80,
     kOffBaseId = 88,
     kOffPlacement = 96,
+    kOffSource = 104,
     kOffCrc = kMapFileHeaderBytes - 4
 };
 
@@ -97,10 +98,11 @@ void map_file_encode_header(const MapFileHeader& header, Crc32cFn crc32c, uint8_
     put<uint32_t>(out, kOffChunkBytes, header.chunk_bytes);
     put<uint32_t>(out, kOffFlags, header.flags);
     put<uint64_t>(out, kOffInitLsn, header.init_lsn);
-    put<uint64_t>(out, kOffFlushRedoLsn, header.flush_redo_lsn);
+    put<uint64_t>(out, kOffCoveredLsn, header.covered_lsn);
     put<uint32_t>(out, kOffTimeline, header.timeline);
     put<uint64_t>(out, kOffBaseId, header.base_id);
     put<uint64_t>(out, kOffPlacement, header.placement);
+    put<uint32_t>(out, kOffSource, static_cast<uint32_t>(header.source));
     put<uint32_t>(out, kOffCrc, crc32c(out, kOffCrc));
 }
 
@@ -123,10 +125,11 @@ HeaderStatus map_file_decode_header(const uint8_t* in, Crc32cFn crc32c, MapFileH
     h.chunk_bytes = get<uint32_t>(in, kOffChunkBytes);
     h.flags = get<uint32_t>(in, kOffFlags);
     h.init_lsn = get<uint64_t>(in, kOffInitLsn);
-    h.flush_redo_lsn = get<uint64_t>(in, kOffFlushRedoLsn);
+    h.covered_lsn = get<uint64_t>(in, kOffCoveredLsn);
     h.timeline = get<uint32_t>(in, kOffTimeline);
     h.base_id = get<uint64_t>(in, kOffBaseId);
     h.placement = get<uint64_t>(in, kOffPlacement);
+    h.source = static_cast<CaptureSourceId>(get<uint32_t>(in, kOffSource));
     if (!h.geometry.valid() || h.chunk_bytes == 0 || h.chunk_bytes % kLineBytes != 0)
         return HeaderStatus::kBadGeometry;
     *out = h;
@@ -145,6 +148,16 @@ const char* describe_header_status(HeaderStatus status) noexcept
     return "its header is unreadable";
 }
 
+const char* capture_source_name(CaptureSourceId source) noexcept
+{
+    switch (source) {
+    case CaptureSourceId::kHooks: return "hooks";
+    case CaptureSourceId::kWal: return "wal";
+    case CaptureSourceId::kNone: break;
+    }
+    return "unknown";
+}
+
 const char* map_file_distrust_reason(const MapFileHeader& header, const StartupFacts& facts) noexcept
 {
     if (header.system_identifier != facts.system_identifier)
@@ -157,12 +170,20 @@ const char* map_file_distrust_reason(const MapFileHeader& header, const StartupF
         return "its size does not match its header";
     if (facts.backup_label)
         return "a backup_label file is present (the data directory was restored from a backup or rewound)";
-    if (header.flush_redo_lsn < facts.checkpoint_redo)
-        return "it is older than the latest checkpoint (a flush was missed, or the WAL was reset)";
+    if (header.source != facts.source)
+        return header.source == CaptureSourceId::kHooks
+                   ? "it was written by the hooks capture source and this server captures from the WAL"
+                   : "it was written by another capture source than this server's (ptrack.capture changed)";
     if (header.data_checksum_version != facts.data_checksum_version)
         return "data checksums were enabled or disabled since it was written";
     if (header.init_lsn == 0)
         return "its init_lsn is missing";
+    if (header.covered_lsn < header.init_lsn && header.source == CaptureSourceId::kWal)
+        return "its covered LSN lies before its init_lsn";
+    if (header.source == CaptureSourceId::kWal)
+        return nullptr; /* the follower re-reads the WAL from covered_lsn (src/pg/capture_wal.cpp) */
+    if (header.covered_lsn < facts.checkpoint_redo)
+        return "it is older than the latest checkpoint (a flush was missed, or the WAL was reset)";
     if (facts.crashed) {
         if (!(header.flags & kFlagFullPageWrites) || !facts.checkpoint_full_page_writes || !facts.full_page_writes)
             return "the server crashed while full_page_writes was off, so recovery cannot re-mark pages";

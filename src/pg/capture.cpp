@@ -74,10 +74,16 @@ void capture_relation_files(const char* dir)
 
 void restart_tracking(const char* reason)
 {
+    if (map.attached())
+        restart_tracking_at(current_mark_lsn(), reason);
+}
+
+void restart_tracking_at(Lsn now, const char* reason)
+{
     if (!map.attached())
         return;
-    const Lsn now = current_mark_lsn();
     atomic_max_lsn(&shared->init_lsn, now);
+    __atomic_add_fetch(&shared->restart_count, 1, __ATOMIC_RELAXED);
     ereport(WARNING, (errmsg("ptrack restarted change tracking at %X/%X: %s", PTRACK_LSN_ARGS(now), reason),
                       errdetail("Changes made before this LSN are not known to ptrack."),
                       errhint("The next backup must be a full backup.")));

@@ -102,6 +102,17 @@ __attribute__((always_inline)) inline void capture_block_written(const RelFork& 
 }
 
 /*
+ * Marks `block` of `rel` as changed at `lsn`: for the WAL follower, which
+ * marks with each record's end LSN.  No announcement: the follower is the
+ * only process that marks in wal mode, and it also makes that mode's map
+ * saves, so no save can run between its reading an LSN and storing it.
+ */
+inline void capture_block_at(const RelFork& rel, BlockNumber block, Lsn lsn) noexcept
+{
+    map.mark_in_segment(cached_segment_ref(rel, block), block, lsn);
+}
+
+/*
  * Marks every block of every permanent relation file directly inside `dir`
  * (a path relative to the data directory such as "base/16390"), as written
  * now: for directories copied wholesale (CREATE DATABASE ... STRATEGY
@@ -118,8 +129,8 @@ void capture_relation_files(const char* dir);
  */
 void restart_tracking(const char* reason);
 
-/* Installs the storage-manager hooks of the core patch (capture_hooks.cpp). */
-void install_capture_hooks();
+/* The same, with ptrack_init_lsn() moved forward to `lsn` (the WAL follower: the end of a record). */
+void restart_tracking_at(Lsn lsn, const char* reason);
 
 }  // namespace ptrack::pg
 

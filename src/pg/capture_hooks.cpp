@@ -2,6 +2,15 @@
  * capture_hooks.cpp -- the hooks capture source: the core patch's
  * storage-manager hooks (patches/), chained to any hook installed before us.
  *
+ * One ptrack.so serves a patched and a stock server: the hook variables are
+ * looked up by name in the running server when the library is loaded
+ * (dlsym on the global symbol table: the postgres binary exports its symbols
+ * to loadable modules), never referenced at link time, so a stock server
+ * loads the library and simply reports that it has no hooks
+ * (hooks_available()).  The hook types are declared here with the names and
+ * signatures of the ptrack 2.x core-patch interface, since a stock server's
+ * headers lack them.
+ *
  * The write path is ptrack_mdwrite/ptrack_mdextend -> capture_write() ->
  * capture_block_written() -> Map::mark_in_segment(), all inlined into the
  * hook: no lock, no allocation, no error.  Temporary relations are skipped:
@@ -13,12 +22,15 @@
 extern "C" {
 #include "postgres.h"
 
-#include "storage/copydir.h"
-#include "storage/md.h"
-#include "storage/sync.h"
+#include <dlfcn.h>
+
+#include "access/xlog.h"
+#include "common/relpath.h"
+#include "storage/relfilenode.h"
 }
 
 #include "capture.h"
+#include "capture_source.h"
 #include "map_persistence.h"
 #include "shared_state.h"
 
@@ -26,10 +38,39 @@ namespace ptrack::pg {
 
 namespace {
 
-mdwrite_hook_type prev_mdwrite_hook = nullptr;
-mdextend_hook_type prev_mdextend_hook = nullptr;
-copydir_hook_type prev_copydir_hook = nullptr;
-ProcessSyncRequests_hook_type prev_ProcessSyncRequests_hook = nullptr;
+/* The core patch's hook types (storage/md.h, storage/copydir.h, storage/sync.h of a patched server). */
+using mdextend_hook_fn = void (*)(RelFileNodeBackend rnode, ForkNumber forknum, BlockNumber blocknum);
+using mdwrite_hook_fn = void (*)(RelFileNodeBackend rnode, ForkNumber forknum, BlockNumber blocknum);
+using copydir_hook_fn = void (*)(const char* path);
+using sync_requests_hook_fn = void (*)();
+
+/* Addresses of the server's hook variables, nullptr on a stock server. */
+struct ServerHooks {
+    mdextend_hook_fn* mdextend;
+    mdwrite_hook_fn* mdwrite;
+    copydir_hook_fn* copydir;
+    sync_requests_hook_fn* process_sync_requests;
+};
+
+ServerHooks server_hooks;
+bool hooks_looked_up = false;
+
+mdwrite_hook_fn prev_mdwrite_hook = nullptr;
+mdextend_hook_fn prev_mdextend_hook = nullptr;
+copydir_hook_fn prev_copydir_hook = nullptr;
+sync_requests_hook_fn prev_sync_requests_hook = nullptr;
+
+void look_up_hooks()
+{
+    if (hooks_looked_up)
+        return;
+    hooks_looked_up = true;
+    server_hooks.mdextend = static_cast<mdextend_hook_fn*>(dlsym(RTLD_DEFAULT, "mdextend_hook"));
+    server_hooks.mdwrite = static_cast<mdwrite_hook_fn*>(dlsym(RTLD_DEFAULT, "mdwrite_hook"));
+    server_hooks.copydir = static_cast<copydir_hook_fn*>(dlsym(RTLD_DEFAULT, "copydir_hook"));
+    server_hooks.process_sync_requests =
+        static_cast<sync_requests_hook_fn*>(dlsym(RTLD_DEFAULT, "ProcessSyncRequests_hook"));
+}
 
 __attribute__((always_inline)) inline void capture_write(const RelFileNodeBackend& rnode, ForkNumber forknum,
                                                         BlockNumber blocknum)
@@ -63,24 +104,49 @@ void ptrack_copydir(const char* path)
 
 void ptrack_process_sync_requests()
 {
-    if (prev_ProcessSyncRequests_hook)
-        prev_ProcessSyncRequests_hook();
-    /* Every write before this checkpoint's redo LSN is marked by now: save the map. */
-    flush_map();
+    if (prev_sync_requests_hook)
+        prev_sync_requests_hook();
+    /*
+     * Every write before this checkpoint's redo LSN is marked by now, and
+     * crash recovery starts at or after it: the map is complete up to it.
+     */
+    flush_map(hooks_save_point());
 }
 
 }  // namespace
 
+SavePoint hooks_save_point() noexcept
+{
+    SavePoint point;
+    /*
+     * Every mark announced from now on stores a value >= next_threshold; the
+     * marks already in progress may hold an older LSN, so let them finish
+     * before the map is copied.
+     */
+    point.next_threshold = current_mark_lsn();
+    wait_for_marks_in_progress();
+    point.covered_lsn = GetRedoRecPtr();
+    return point;
+}
+
+bool hooks_available()
+{
+    look_up_hooks();
+    return server_hooks.mdextend != nullptr && server_hooks.mdwrite != nullptr && server_hooks.copydir != nullptr &&
+           server_hooks.process_sync_requests != nullptr;
+}
+
 void install_capture_hooks()
 {
-    prev_mdwrite_hook = mdwrite_hook;
-    mdwrite_hook = ptrack_mdwrite;
-    prev_mdextend_hook = mdextend_hook;
-    mdextend_hook = ptrack_mdextend;
-    prev_copydir_hook = copydir_hook;
-    copydir_hook = ptrack_copydir;
-    prev_ProcessSyncRequests_hook = ProcessSyncRequests_hook;
-    ProcessSyncRequests_hook = ptrack_process_sync_requests;
+    Assert(hooks_available());
+    prev_mdwrite_hook = *server_hooks.mdwrite;
+    *server_hooks.mdwrite = ptrack_mdwrite;
+    prev_mdextend_hook = *server_hooks.mdextend;
+    *server_hooks.mdextend = ptrack_mdextend;
+    prev_copydir_hook = *server_hooks.copydir;
+    *server_hooks.copydir = ptrack_copydir;
+    prev_sync_requests_hook = *server_hooks.process_sync_requests;
+    *server_hooks.process_sync_requests = ptrack_process_sync_requests;
 }
 
 }  // namespace ptrack::pg

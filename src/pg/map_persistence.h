@@ -1,37 +1,40 @@
 /*
- * map_persistence.h -- the map survives restarts and crashes (DESIGN.md
- * section 4): loaded at postmaster start if it can be trusted, flushed at the
- * end of every checkpoint and restartpoint sync phase.  The file format and
- * the trust rules are in the engine (ptrack/map_file.h); this file does the
- * I/O with PostgreSQL's file facilities and gathers the facts from pg_control.
+ * map_persistence.h -- the map survives restarts and crashes (docs/design.md
+ * section 4): loaded at postmaster start if it can be trusted (map_load.cpp),
+ * saved by the process the capture source makes responsible (map_save.cpp).
+ * The file format and the trust rules are in the engine (ptrack/map_file.h,
+ * ptrack/map_delta.h); the file primitives in map_io.h.
  */
 #ifndef PTRACK_PG_MAP_PERSISTENCE_H
 #define PTRACK_PG_MAP_PERSISTENCE_H
 
+#include "capture_source.h"
 #include "shared_state.h"
 
 namespace ptrack::pg {
 
 /*
  * In the postmaster, on a freshly created shared state: fills the map from
- * ptrack.map if it can be trusted (init_lsn included), overwriting every
- * byte of the region; otherwise clears it (so the caller need not).  Otherwise logs one
- * WARNING naming the file and the reason, removes the file, and leaves the
- * map empty with init_lsn unset, so a new one is established.  Never raises
- * an ERROR (the postmaster must start).
+ * ptrack.map if it can be trusted, overwriting every byte of the region, and
+ * sets init_lsn, loaded_covered_lsn and loaded_timeline from it.  Otherwise
+ * clears the map, logs one WARNING naming the file and the reason (none when
+ * there was no file), removes the rejected files, and sets init_lsn to what a
+ * fresh map can prove (0: established later).  Never raises an ERROR (the
+ * postmaster must start).
  */
 void load_map(SharedState* state, Map* map);
 
-/* Removes ptrack.map and its temporary file (ptrack.map_size = 0). */
+/* Removes ptrack.map and its delta and temporary files (ptrack.map_size = 0). */
 void remove_map_files();
 
 /*
- * In the checkpointer, at the end of the sync phase: writes the map to
- * ptrack.map.tmp, fsyncs it and durably renames it over ptrack.map.  On an
- * I/O failure logs a WARNING and returns: the stale file will then be
- * older than the next checkpoint and rejected at startup.
+ * Saves the map as complete up to `point.covered_lsn`: the whole map to
+ * ptrack.map (temporary file, fsync, durable rename), or the slots changed
+ * since the previous save appended to ptrack.map.delta.  Only ever called by
+ * one process per server run.  On an I/O failure logs a WARNING and returns
+ * false; the next save then writes the whole map.
  */
-void flush_map();
+bool flush_map(const SavePoint& point);
 
 }  // namespace ptrack::pg
 

@@ -18,6 +18,7 @@ extern "C" {
 #include "access/xlog.h"
 #include "access/xlogrecovery.h"
 #include "fmgr.h"
+#include "replication/slot.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -31,6 +32,8 @@ PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 }
 
 #include "capture.h"
+#include "capture_source.h"
+#include "capture_wal.h"
 #include "map_persistence.h"
 #include "shared_state.h"
 
@@ -41,8 +44,15 @@ Map map;
 bool preloaded = false;
 int map_size_mb = 0;
 bool use_segment_summary = true;
+CaptureSourceId capture_source = CaptureSourceId::kNone;
 
 namespace {
+
+/* ptrack.capture: the configured choice; capture_source is what runs. */
+enum CaptureSetting { kCaptureAuto, kCaptureHooks, kCaptureWal };
+int capture_setting = kCaptureAuto;
+const struct config_enum_entry capture_options[] = {
+    {"auto", kCaptureAuto, false}, {"hooks", kCaptureHooks, false}, {"wal", kCaptureWal, false}, {NULL, 0, false}};
 
 /* 1 TB: far beyond any sensible map, but not limited by 32-bit arithmetic. */
 constexpr int kMaxMapSizeMb = 1024 * 1024;
@@ -139,7 +149,7 @@ Lsn current_mark_lsn_in_recovery() noexcept
 Lsn init_lsn() noexcept
 {
     uint64_t lsn = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
-    if (lsn != 0)
+    if (lsn != 0 || capture_source == CaptureSourceId::kWal)
         return lsn;
     uint64_t expected = 0;
     const uint64_t now = Max(current_mark_lsn(), Lsn{1});
@@ -166,6 +176,7 @@ void require_tracking()
 }  // namespace ptrack::pg
 
 using namespace ptrack::pg;
+using ptrack::CaptureSourceId;
 
 /*
  * PostgreSQL keeps a custom parameter at its default (0 here: tracking off)
@@ -203,6 +214,37 @@ static void check_configured_map_size(const char* raw)
                     errhint("%s", hint != NULL ? hint : "Set a size in MB, such as 64MB, or 0 to turn tracking off.")));
 }
 
+/*
+ * Which source runs, from ptrack.capture and the running server; FATAL when
+ * the configured source cannot run here (the server does not start with
+ * tracking in an unknown state, as for ptrack.map_size).
+ */
+static CaptureSourceId resolve_capture_source()
+{
+    const bool have_hooks = hooks_available();
+    if (capture_setting == kCaptureHooks && !have_hooks)
+        ereport(FATAL, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("ptrack.capture is \"hooks\" but this server has no ptrack core hooks"),
+                        errdetail("The running postgres binary does not export mdwrite_hook, mdextend_hook, "
+                                  "copydir_hook and ProcessSyncRequests_hook (patches/pg15-ptrack-hooks.patch)."),
+                        errhint("Set ptrack.capture = auto or wal to capture changes from the WAL on this server.")));
+    if (capture_setting == kCaptureHooks || (capture_setting == kCaptureAuto && have_hooks))
+        return CaptureSourceId::kHooks;
+    if (wal_level < WAL_LEVEL_REPLICA)
+        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("ptrack captures changes from the WAL on this server, which needs wal_level "
+                               "\"replica\" or \"logical\""),
+                        errdetail("Under wal_level = minimal, writes of new relations are not WAL-logged."),
+                        errhint("Set wal_level = replica, or ptrack.map_size = 0 to turn change tracking off.")));
+    if (max_replication_slots < 1)
+        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("ptrack captures changes from the WAL on this server, which needs a replication "
+                               "slot, but max_replication_slots = 0"),
+                        errhint("Set max_replication_slots to at least 1 (ptrack uses one slot, \"%s\").",
+                                kFollowerSlotName)));
+    return CaptureSourceId::kWal;
+}
+
 void _PG_init(void)
 {
     if (!process_shared_preload_libraries_in_progress)
@@ -222,6 +264,11 @@ void _PG_init(void)
                              "Lets ptrack_get_pagemapset skip unchanged files and 8 MB ranges (developer option).",
                              "Turning it off makes every block of every file be probed; for benchmarks.",
                              &use_segment_summary, true, PGC_SUSET, GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
+    DefineCustomEnumVariable("ptrack.capture", "Where ptrack captures changed blocks from.",
+                             "auto: the core-patch hooks when the server has them, else the WAL; hooks; wal. "
+                             "SHOW gives the source that runs.",
+                             &capture_setting, kCaptureAuto, capture_options, PGC_POSTMASTER, 0, NULL, NULL, NULL);
+    define_wal_follower_gucs();
     MarkGUCPrefixReserved("ptrack");
     check_configured_map_size(configured_copy);
     preloaded = true;
@@ -231,6 +278,13 @@ void _PG_init(void)
     prev_shmem_startup_hook = shmem_startup_hook;
     shmem_startup_hook = ptrack_shmem_startup;
 
-    if (map_size_mb > 0)
+    if (map_size_mb == 0)
+        return;
+    capture_source = resolve_capture_source();
+    /* SHOW ptrack.capture names the source that runs, not "auto". */
+    SetConfigOption("ptrack.capture", capture_source_name(capture_source), PGC_POSTMASTER, PGC_S_OVERRIDE);
+    if (capture_source == CaptureSourceId::kHooks)
         install_capture_hooks();
+    else
+        register_wal_follower();
 }

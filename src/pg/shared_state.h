@@ -24,10 +24,26 @@ extern "C" {
 
 namespace ptrack::pg {
 
+/*
+ * The WAL follower's progress (capture_wal.cpp), read by the SQL functions
+ * (the freshness wait) and by monitoring.  Written only by the follower;
+ * the LSNs are read and written atomically.
+ */
+struct FollowerProgress {
+    uint64_t applied_lsn;     /* end of the last record whose changes are marked; 0 until it runs */
+    uint64_t saved_lsn;       /* covered LSN of the last successful map save */
+    void* latch;              /* the follower's Latch (in shared memory), to wake it; nullptr when not running */
+};
+
 /* The header of ptrack's shared memory; the map region follows, 64-byte aligned. */
 struct SharedState {
     uint64_t init_lsn; /* atomic; LSN from which tracking is complete, 0 until established */
     MapGeometry geometry;
+    Lsn loaded_covered_lsn;    /* covered LSN of the map loaded at startup, 0 for a fresh map */
+    uint32_t loaded_timeline;  /* timeline of that save */
+    Lsn fresh_init_floor;      /* wal: a fresh map's init_lsn is at least this (map_load.cpp) */
+    uint64_t restart_count;    /* atomic; tracking restarts since the server started */
+    FollowerProgress follower;
 };
 
 extern SharedState* shared; /* nullptr when tracking is off */
@@ -56,9 +72,11 @@ inline Lsn current_mark_lsn() noexcept
 }
 
 /*
- * ptrack_init_lsn(): established on first use as current_mark_lsn(), since
- * the map has recorded every write since this process's postmaster created
- * it.  Never 0 once returned.  Requires an attached map.
+ * ptrack_init_lsn().  hooks: established on first use as current_mark_lsn(),
+ * since the map has recorded every write since this process's postmaster
+ * created it; never 0 once returned.  wal: set by the follower where it
+ * starts reading; 0 until then (the SQL functions wait for it).  Requires an
+ * attached map.
  */
 Lsn init_lsn() noexcept;
 

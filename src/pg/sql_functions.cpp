@@ -32,6 +32,7 @@ PG_FUNCTION_INFO_V1(ptrack_get_pagemapset);
 PG_FUNCTION_INFO_V1(ptrack_get_change_stat);
 }
 
+#include "capture_wal.h"
 #include "datadir_walk.h"
 #include "ptrack/pagemap.h"
 #include "shared_state.h"
@@ -55,6 +56,8 @@ Lsn checked_start_lsn(FunctionCallInfo fcinfo)
         ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("start_lsn must not be NULL"),
                         errhint("Pass the start LSN of the previous backup.")));
     const Lsn start = PG_GETARG_LSN(0);
+    /* WAL capture: answer only once the follower has applied the WAL written before this call. */
+    wait_for_follower();
     const Lsn init = init_lsn();
     if (start < init)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -179,6 +182,7 @@ extern "C" PGDLLEXPORT Datum ptrack_version(PG_FUNCTION_ARGS)
 extern "C" PGDLLEXPORT Datum ptrack_init_lsn(PG_FUNCTION_ARGS)
 {
     require_tracking();
+    wait_for_follower();
     PG_RETURN_LSN(init_lsn());
 }
 

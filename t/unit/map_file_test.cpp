@@ -52,7 +52,8 @@ MapFileHeader sample_header()
     h.chunk_bytes = kMapFileChunkBytes;
     h.flags = kFlagFullPageWrites | kFlagWalLevelReplica;
     h.init_lsn = 0x1000028;
-    h.flush_redo_lsn = 0x3000060;
+    h.covered_lsn = 0x3000060;
+    h.source = CaptureSourceId::kHooks;
     h.timeline = 2;
     h.base_id = 0xfeedface12345678ULL;
     h.placement = placement_fingerprint(h.geometry);
@@ -65,7 +66,8 @@ StartupFacts facts_for(const MapFileHeader& h)
     f.system_identifier = h.system_identifier;
     f.data_checksum_version = h.data_checksum_version;
     f.geometry = h.geometry;
-    f.checkpoint_redo = h.flush_redo_lsn;
+    f.source = h.source;
+    f.checkpoint_redo = h.covered_lsn;
     f.backup_label = false;
     f.crashed = false;
     f.checkpoint_full_page_writes = true;
@@ -97,7 +99,8 @@ TEST(MapFileHeader, RoundTripsEveryField)
     EXPECT_EQ(back.chunk_bytes, h.chunk_bytes);
     EXPECT_EQ(back.flags, h.flags);
     EXPECT_EQ(back.init_lsn, h.init_lsn);
-    EXPECT_EQ(back.flush_redo_lsn, h.flush_redo_lsn);
+    EXPECT_EQ(back.covered_lsn, h.covered_lsn);
+    EXPECT_EQ(back.source, h.source);
     EXPECT_EQ(back.timeline, h.timeline);
     EXPECT_EQ(back.base_id, h.base_id);
     EXPECT_EQ(back.placement, h.placement);
@@ -163,7 +166,7 @@ TEST(MapFileTrust, CleanAndCrashWithFullPageWritesAreTrusted)
     EXPECT_EQ(map_file_distrust_reason(h, f), nullptr);
     f.crashed = true;
     EXPECT_EQ(map_file_distrust_reason(h, f), nullptr);
-    f.checkpoint_redo = h.flush_redo_lsn - 1; /* flushed for a checkpoint whose control update was lost */
+    f.checkpoint_redo = h.covered_lsn - 1; /* flushed for a checkpoint whose control update was lost */
     EXPECT_EQ(map_file_distrust_reason(h, f), nullptr);
 }
 
@@ -191,7 +194,7 @@ TEST(MapFileTrust, EveryRuleRejectsWithItsOwnReason)
     f.backup_label = true;
     expect_rejected(h, f);
     f = facts_for(h);
-    f.checkpoint_redo = h.flush_redo_lsn + 1; /* pg_resetwal, or a missed flush */
+    f.checkpoint_redo = h.covered_lsn + 1; /* pg_resetwal, or a missed flush */
     expect_rejected(h, f);
     f = facts_for(h);
     f.data_checksum_version = 0;
@@ -209,6 +212,9 @@ TEST(MapFileTrust, EveryRuleRejectsWithItsOwnReason)
     f = facts_for(h);
     f.crashed = true;
     f.wal_level_replica = false;
+    expect_rejected(h, f);
+    f = facts_for(h);
+    f.source = CaptureSourceId::kWal; /* a hooks map on a server that now captures from the WAL */
     expect_rejected(h, f);
 }
 
@@ -229,6 +235,29 @@ TEST(MapFileTrust, CrashAfterAnyFullPageWritesOrWalLevelLapse)
     }
 }
 
+TEST(MapFileTrust, WalSourceNeedsNoCheckpointOrFullPageWritesRule)
+{
+    /* The follower re-reads the WAL from covered_lsn: crash, redo LSN and full_page_writes do not matter. */
+    MapFileHeader h = sample_header();
+    h.source = CaptureSourceId::kWal;
+    h.flags = 0;
+    StartupFacts f = facts_for(h);
+    f.checkpoint_redo = h.covered_lsn + 0x100000;
+    f.crashed = true;
+    f.full_page_writes = false;
+    f.checkpoint_full_page_writes = false;
+    EXPECT_EQ(map_file_distrust_reason(h, f), nullptr);
+    /* The rules that hold for every source still hold. */
+    f.backup_label = true;
+    EXPECT_NE(map_file_distrust_reason(h, f), nullptr);
+    f = facts_for(h);
+    f.source = CaptureSourceId::kHooks;
+    EXPECT_NE(map_file_distrust_reason(h, f), nullptr);
+    MapFileHeader before_init = h;
+    before_init.covered_lsn = h.init_lsn - 1;
+    EXPECT_NE(map_file_distrust_reason(before_init, facts_for(before_init)), nullptr);
+}
+
 TEST(MapDelta, BatchHeaderRoundTripsAndDetectsCorruption)
 {
     DeltaBatchHeader b{};
@@ -236,7 +265,7 @@ TEST(MapDelta, BatchHeaderRoundTripsAndDetectsCorruption)
     b.sequence = 3;
     b.flags = kFlagFullPageWrites;
     b.entry_count = 1234;
-    b.flush_redo_lsn = 0x5000000;
+    b.covered_lsn = 0x5000000;
     b.init_lsn = 0x1000000;
     b.timeline = 1;
     b.entries_crc = 0xdeadbeef;
@@ -247,7 +276,7 @@ TEST(MapDelta, BatchHeaderRoundTripsAndDetectsCorruption)
     EXPECT_EQ(back.base_id, 42u);
     EXPECT_EQ(back.sequence, 3u);
     EXPECT_EQ(back.entry_count, 1234u);
-    EXPECT_EQ(back.flush_redo_lsn, 0x5000000u);
+    EXPECT_EQ(back.covered_lsn, 0x5000000u);
     EXPECT_EQ(back.entries_crc, 0xdeadbeefu);
     for (size_t i = 0; i < kDeltaBatchHeaderBytes; ++i) {
         uint8_t copy[kDeltaBatchHeaderBytes];

@@ -1,0 +1,463 @@
+/*
+ * capture_wal.cpp -- the WAL follower: the capture source of servers without
+ * the core patch's hooks (docs/design.md section 7).
+ *
+ * A background worker reads the server's WAL with PostgreSQL's xlogreader
+ * (the no-wait page reader of xlogutils.c, which also follows timeline
+ * switches through the timeline history files) up to the flush position, or
+ * the replay position on a hot standby, and marks what each record changed
+ * with the record's end LSN (wal_records.cpp).  A record that ends at or
+ * after L marks with an LSN >= L, so pagemapset(L) lists its blocks.
+ *
+ * Its clock and its saves (capture_source.h): the follower itself saves the
+ * map, complete up to the end of the last record it applied (covered LSN),
+ * after every checkpoint record it reads and when it stops.  The WAL after
+ * that point stays on disk through a physical replication slot of its own
+ * (kFollowerSlotName), advanced only after the save that covers it, so after
+ * a restart or a crash the follower resumes at the saved covered LSN and
+ * nothing is lost.  The slot honours max_slot_wal_keep_size: a stalled
+ * follower never fills the disk; if its WAL is removed anyway (the slot was
+ * invalidated or dropped, pg_resetwal), reading fails and tracking restarts
+ * with a WARNING, never silently.
+ *
+ * A fresh map starts where the follower starts reading (the slot's position:
+ * at worst the latest checkpoint's redo LSN), so ptrack_init_lsn() is that
+ * position, no later than the start of any backup taken afterwards
+ * (map_load.cpp adds a floor after a clean shutdown).
+ *
+ * Errors: the main loop catches a PostgreSQL ERROR (sigsetjmp, as every
+ * auxiliary process does), reports it, frees what the attempt allocated and
+ * starts over; an ERROR while reading the WAL restarts tracking, since marks
+ * may be missing.  No C++ object with a destructor lives in these frames.
+ */
+extern "C" {
+#include "postgres.h"
+
+#include <unistd.h>
+
+#include "access/rmgr.h"
+#include "access/timeline.h"
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "access/xlogreader.h"
+#include "access/xlogrecovery.h"
+#include "access/xlogutils.h"
+#include "catalog/pg_control.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "replication/slot.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/spin.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+}
+
+#include "capture.h"
+#include "capture_source.h"
+#include "capture_wal.h"
+#include "map_persistence.h"
+#include "shared_state.h"
+#include "wal_records.h"
+
+namespace ptrack::pg {
+
+namespace {
+
+/* ptrack.wal_wait_timeout, in ms: how long the SQL functions wait for the follower. */
+int wal_wait_timeout_ms = 60000;
+
+/* How long the follower sleeps when it has caught up, unless woken (ms). */
+constexpr long kIdlePollMs = 50;
+
+volatile sig_atomic_t shutdown_requested = false;
+
+void follower_sigterm(SIGNAL_ARGS)
+{
+    const int save_errno = errno;
+    shutdown_requested = true;
+    SetLatch(MyLatch);
+    errno = save_errno;
+}
+
+/* The follower process's own state. */
+struct Follower {
+    MemoryContext cxt;                      /* the reader and everything it allocates */
+    XLogReaderState* reader;                /* nullptr until positioned */
+    ReadLocalXLogPageNoWaitPrivate* page;   /* end_of_wal flag of the no-wait page reader */
+    Lsn next;                               /* where reading resumes: every record ending <= next is applied */
+    bool started;                           /* the start position and init_lsn are established */
+    bool reading;                           /* an ERROR now means WAL could not be read */
+    bool save_due;                          /* a checkpoint record was applied since the last save */
+    Lsn saved;                              /* covered LSN of the last save */
+};
+Follower follower;
+
+void publish(uint64_t* field, Lsn lsn)
+{
+    __atomic_store_n(field, lsn, __ATOMIC_RELEASE);
+}
+
+/* --- the replication slot ---------------------------------------------------- */
+
+Lsn slot_restart_lsn()
+{
+    ReplicationSlot* slot = MyReplicationSlot;
+    SpinLockAcquire(&slot->mutex);
+    const Lsn lsn = slot->data.restart_lsn;
+    SpinLockRelease(&slot->mutex);
+    return lsn;
+}
+
+/* Acquires the follower's slot for the life of the process, creating it if missing. */
+void acquire_slot()
+{
+    if (MyReplicationSlot != NULL)
+        return;
+    if (SearchNamedReplicationSlot(kFollowerSlotName, true) == NULL) {
+        ReplicationSlotCreate(kFollowerSlotName, false, RS_PERSISTENT, false);
+        ereport(LOG, (errmsg("ptrack created replication slot \"%s\" to keep the WAL its follower needs",
+                             kFollowerSlotName)));
+    } else {
+        ReplicationSlotAcquire(kFollowerSlotName, true);
+    }
+}
+
+/* Reserves WAL from the latest redo LSN (the slot holds none: new, invalidated or reset). */
+Lsn reserve_wal()
+{
+    ReplicationSlot* slot = MyReplicationSlot;
+    SpinLockAcquire(&slot->mutex);
+    slot->data.restart_lsn = InvalidXLogRecPtr;
+    SpinLockRelease(&slot->mutex);
+    ReplicationSlotReserveWal();
+    ReplicationSlotMarkDirty();
+    ReplicationSlotSave();
+    return slot_restart_lsn();
+}
+
+/* After a save complete up to `lsn`: the WAL before it may go. */
+void advance_slot(Lsn lsn)
+{
+    ReplicationSlot* slot = MyReplicationSlot;
+    SpinLockAcquire(&slot->mutex);
+    const bool forward = slot->data.restart_lsn != InvalidXLogRecPtr && lsn > slot->data.restart_lsn;
+    if (forward)
+        slot->data.restart_lsn = lsn;
+    SpinLockRelease(&slot->mutex);
+    if (!forward)
+        return;
+    ReplicationSlotMarkDirty();
+    ReplicationSlotSave();
+    ReplicationSlotsComputeRequiredLSN();
+}
+
+/* --- saves ------------------------------------------------------------------ */
+
+void save_map()
+{
+    const SavePoint point{follower.next, follower.next};
+    if (!flush_map(point))
+        return;
+    follower.saved = follower.next;
+    follower.save_due = false;
+    publish(&shared->follower.saved_lsn, follower.saved);
+    advance_slot(follower.saved);
+}
+
+/* --- where to start ---------------------------------------------------------- */
+
+TimeLineID current_timeline()
+{
+    TimeLineID tli = 0;
+    if (RecoveryInProgress())
+        (void) GetXLogReplayRecPtr(&tli);
+    else
+        tli = GetWALInsertionTimeLine();
+    return tli;
+}
+
+/*
+ * A trusted map is complete up to its covered LSN on the timeline it was
+ * saved on.  If this server is now on a later timeline that branched off
+ * before that LSN, the WAL after the branch point differs: resume at the
+ * branch point instead (re-marking is harmless).  nullptr, or why the map
+ * cannot be continued here.
+ */
+const char* resume_point(Lsn covered, TimeLineID saved_tli, Lsn* out)
+{
+    *out = covered;
+    const TimeLineID tli = current_timeline();
+    if (saved_tli == 0 || saved_tli == tli)
+        return nullptr;
+    List* history = readTimeLineHistory(tli);
+    if (!tliInHistory(saved_tli, history))
+        return "the map was saved on a timeline that is not in this server's history";
+    const Lsn branch = tliSwitchPoint(saved_tli, history, NULL);
+    if (branch < covered)
+        *out = branch;
+    list_free_deep(history);
+    return nullptr;
+}
+
+/*
+ * Establishes where reading starts and ptrack_init_lsn(): at the saved map's
+ * covered LSN if the map was trusted, else at the slot's position.
+ */
+void establish_start()
+{
+    acquire_slot();
+    Lsn restart = slot_restart_lsn();
+    const Lsn init = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
+    const Lsn covered = shared->loaded_covered_lsn;
+    if (init != 0 && covered != 0) {
+        Lsn start = covered;
+        const char* problem = resume_point(covered, shared->loaded_timeline, &start);
+        if (problem == nullptr) {
+            if (restart == InvalidXLogRecPtr)
+                (void) reserve_wal(); /* keep what is left; reading tells whether the WAL from `start` is there */
+            follower.next = start;
+            follower.started = true;
+            ereport(LOG, (errmsg("ptrack WAL follower resumes at %X/%X, where the saved map is complete",
+                                 PTRACK_LSN_ARGS(start))));
+            return;
+        }
+        restart_tracking_at(restart != InvalidXLogRecPtr ? restart : GetRedoRecPtr(), problem);
+    }
+    if (restart == InvalidXLogRecPtr)
+        restart = reserve_wal();
+    Lsn floor = shared->fresh_init_floor;
+    if (floor == UINT64_MAX)
+        floor = RecoveryInProgress() ? GetXLogReplayRecPtr(NULL) : GetXLogInsertRecPtr();
+    const Lsn fresh_init = Max(restart, floor);
+    follower.next = restart;
+    follower.started = true;
+    uint64_t expected = 0;
+    if (!__atomic_compare_exchange_n(&shared->init_lsn, &expected, fresh_init, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        atomic_max_lsn(&shared->init_lsn, fresh_init); /* a restart already moved it */
+    ereport(LOG, (errmsg("ptrack WAL follower starts a fresh map at %X/%X; ptrack_init_lsn() is %X/%X",
+                         PTRACK_LSN_ARGS(restart), PTRACK_LSN_ARGS(init_lsn()))));
+}
+
+/* --- reading ------------------------------------------------------------------ */
+
+void open_reader()
+{
+    XLogReaderRoutine routine{};
+    routine.page_read = read_local_xlog_page_no_wait;
+    routine.segment_open = wal_segment_open;
+    routine.segment_close = wal_segment_close;
+    MemoryContext old = MemoryContextSwitchTo(follower.cxt);
+    follower.page = static_cast<ReadLocalXLogPageNoWaitPrivate*>(palloc0(sizeof(ReadLocalXLogPageNoWaitPrivate)));
+    follower.reader = XLogReaderAllocate(wal_segment_size, NULL, &routine, follower.page);
+    MemoryContextSwitchTo(old);
+    if (follower.reader == NULL)
+        ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory"),
+                        errdetail("ptrack could not allocate a WAL reading processor.")));
+}
+
+/* Frees the reader and its open segment (also after an ERROR). */
+void close_reader()
+{
+    if (follower.reader != NULL && follower.reader->seg.ws_file >= 0)
+        close(follower.reader->seg.ws_file);
+    follower.reader = NULL;
+    follower.page = NULL;
+    MemoryContextReset(follower.cxt);
+}
+
+bool is_checkpoint_record(XLogReaderState* reader)
+{
+    if (XLogRecGetRmid(reader) != RM_XLOG_ID)
+        return false;
+    const uint8 info = XLogRecGetInfo(reader) & ~XLR_INFO_MASK;
+    return info == XLOG_CHECKPOINT_ONLINE || info == XLOG_CHECKPOINT_SHUTDOWN || info == XLOG_END_OF_RECOVERY;
+}
+
+/*
+ * Applies the records available from follower.next, at most `budget` of
+ * them; returns how many.  Raises an ERROR if the WAL cannot be read.
+ */
+int apply_available(int budget)
+{
+    if (follower.reader == NULL)
+        open_reader();
+    XLogReaderState* reader = follower.reader;
+    follower.page->end_of_wal = false;
+    const Lsn first = XLogFindNextRecord(reader, follower.next);
+    if (first == InvalidXLogRecPtr) {
+        if (follower.page->end_of_wal)
+            return 0;
+        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                        errmsg("ptrack could not find a valid WAL record at or after %X/%X",
+                               PTRACK_LSN_ARGS(follower.next))));
+    }
+    XLogBeginRead(reader, first);
+    int applied = 0;
+    while (applied < budget) {
+        char* errormsg = NULL;
+        if (XLogReadRecord(reader, &errormsg) == NULL) {
+            if (follower.page->end_of_wal)
+                break;
+            ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                            errmsg("ptrack could not read the WAL at %X/%X: %s", PTRACK_LSN_ARGS(reader->EndRecPtr),
+                                   errormsg != NULL ? errormsg : "no reason given")));
+        }
+        if (const char* reason = capture_wal_record(reader))
+            restart_tracking_at(reader->EndRecPtr, reason);
+        if (is_checkpoint_record(reader))
+            follower.save_due = true;
+        follower.next = reader->EndRecPtr;
+        publish(&shared->follower.applied_lsn, follower.next);
+        ++applied;
+    }
+    return applied;
+}
+
+/* --- the main loop -------------------------------------------------------------- */
+
+void sleep_until_woken()
+{
+    (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, kIdlePollMs, PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+    if (ConfigReloadPending) {
+        ConfigReloadPending = false;
+        ProcessConfigFile(PGC_SIGHUP);
+    }
+}
+
+/* After an ERROR while reading: tracking restarts where the slot can keep the WAL from now on. */
+void restart_after_read_error()
+{
+    const Lsn lost_from = follower.next;
+    const Lsn start = reserve_wal();
+    follower.next = start;
+    char reason[160];
+    snprintf(reason, sizeof(reason), "the WAL follower could not read the WAL from %X/%X (see the error above)",
+             PTRACK_LSN_ARGS(lost_from));
+    restart_tracking_at(Max(start, lost_from), reason);
+    publish(&shared->follower.applied_lsn, follower.next);
+}
+
+void follow()
+{
+    sigjmp_buf local_sigjmp_buf;
+    if (sigsetjmp(local_sigjmp_buf, 1) != 0) {
+        error_context_stack = NULL;
+        HOLD_INTERRUPTS();
+        EmitErrorReport();
+        const bool was_reading = follower.reading;
+        follower.reading = false;
+        close_reader();
+        FlushErrorState();
+        RESUME_INTERRUPTS();
+        if (was_reading && follower.started)
+            restart_after_read_error();
+        /* Never spin on a persistent error. */
+        (void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1000, PG_WAIT_EXTENSION);
+    }
+    PG_exception_stack = &local_sigjmp_buf;
+
+    for (;;) {
+        if (!follower.started) {
+            establish_start();
+            publish(&shared->follower.applied_lsn, follower.next);
+        }
+        if (shutdown_requested) {
+            if (follower.next > follower.saved)
+                save_map();
+            if (MyReplicationSlot != NULL)
+                ReplicationSlotRelease();
+            /* Exit code 1: the postmaster restarts the follower unless it is shutting down. */
+            proc_exit(1);
+        }
+        follower.reading = true;
+        const int applied = apply_available(1000);
+        follower.reading = false;
+        if (follower.save_due)
+            save_map();
+        if (applied == 0)
+            sleep_until_woken();
+        else
+            CHECK_FOR_INTERRUPTS();
+    }
+}
+
+}  // namespace
+
+void define_wal_follower_gucs()
+{
+    DefineCustomIntVariable("ptrack.wal_wait_timeout",
+                            "How long ptrack's functions wait for the WAL follower to catch up.",
+                            "With WAL capture, ptrack_get_pagemapset() and ptrack_get_change_stat() first wait "
+                            "until the follower has applied the WAL flushed (or replayed) before the call.",
+                            &wal_wait_timeout_ms, 60000, 100, INT_MAX / 2, PGC_USERSET, GUC_UNIT_MS, NULL, NULL,
+                            NULL);
+}
+
+void register_wal_follower()
+{
+    BackgroundWorker worker;
+    memset(&worker, 0, sizeof(worker));
+    worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+    worker.bgw_start_time = BgWorkerStart_ConsistentState;
+    worker.bgw_restart_time = 1;
+    snprintf(worker.bgw_library_name, BGW_MAXLEN, "ptrack");
+    snprintf(worker.bgw_function_name, BGW_MAXLEN, "ptrack_wal_follower_main");
+    snprintf(worker.bgw_name, BGW_MAXLEN, "ptrack WAL follower");
+    snprintf(worker.bgw_type, BGW_MAXLEN, "ptrack WAL follower");
+    RegisterBackgroundWorker(&worker);
+}
+
+void wait_for_follower()
+{
+    if (capture_source != CaptureSourceId::kWal)
+        return;
+    const Lsn target = RecoveryInProgress() ? GetXLogReplayRecPtr(NULL) : GetFlushRecPtr(NULL);
+    const TimestampTz start = GetCurrentTimestamp();
+    for (;;) {
+        const Lsn applied = __atomic_load_n(&shared->follower.applied_lsn, __ATOMIC_ACQUIRE);
+        const Lsn init = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
+        if (init != 0 && applied >= target)
+            return;
+        if (void* latch = __atomic_load_n(&shared->follower.latch, __ATOMIC_ACQUIRE))
+            SetLatch(static_cast<Latch*>(latch));
+        if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), wal_wait_timeout_ms))
+            ereport(ERROR,
+                    (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                     errmsg("ptrack's WAL follower has not caught up with the WAL within ptrack.wal_wait_timeout "
+                            "(%d ms)",
+                            wal_wait_timeout_ms),
+                     errdetail("It has applied the WAL up to %X/%X; the answer needs %X/%X%s.",
+                               PTRACK_LSN_ARGS(applied), PTRACK_LSN_ARGS(target),
+                               init == 0 ? ", and it has not started yet" : ""),
+                     errhint("Check the server log for errors of the \"ptrack WAL follower\" process, or raise "
+                             "ptrack.wal_wait_timeout.")));
+        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10, PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+    }
+}
+
+}  // namespace ptrack::pg
+
+using namespace ptrack::pg;
+
+void ptrack_wal_follower_main(Datum)
+{
+    pqsignal(SIGTERM, follower_sigterm);
+    pqsignal(SIGHUP, SignalHandlerForConfigReload);
+    BackgroundWorkerUnblockSignals();
+    follower.cxt = AllocSetContextCreate(TopMemoryContext, "ptrack WAL follower", ALLOCSET_DEFAULT_SIZES);
+    follower.next = InvalidXLogRecPtr;
+    publish(&shared->follower.applied_lsn, 0);
+    __atomic_store_n(&shared->follower.latch, static_cast<void*>(MyLatch), __ATOMIC_RELEASE);
+    follow();
+}

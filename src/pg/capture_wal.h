@@ -1,0 +1,39 @@
+/*
+ * capture_wal.h -- the wal capture source: a background worker that follows
+ * the server's WAL and marks what every record changed (capture_wal.cpp),
+ * for servers without the core patch's hooks (docs/design.md section 7).
+ */
+#ifndef PTRACK_PG_CAPTURE_WAL_H
+#define PTRACK_PG_CAPTURE_WAL_H
+
+extern "C" {
+#include "postgres.h"
+#include "fmgr.h"
+
+/* The follower's entry point, found by name by the postmaster (bgw_function_name). */
+PGDLLEXPORT void ptrack_wal_follower_main(Datum arg);
+}
+
+namespace ptrack::pg {
+
+/* The physical replication slot that keeps the WAL the follower still needs. */
+constexpr const char* kFollowerSlotName = "ptrack_wal_follower";
+
+/* Defines the follower's GUCs (ptrack.wal_wait_timeout); in _PG_init, whatever the source. */
+void define_wal_follower_gucs();
+
+/* Registers the follower with the postmaster; in _PG_init when the wal source runs. */
+void register_wal_follower();
+
+/*
+ * Freshness, in a backend, before answering for the wal source (a no-op for
+ * hooks): waits until the follower has applied the WAL up to the flush
+ * position (the replay position on a standby) read at the call, and until
+ * ptrack_init_lsn() is established.  Raises an ERROR with a hint after
+ * ptrack.wal_wait_timeout; cancellable.  Call from C-style frames only.
+ */
+void wait_for_follower();
+
+}  // namespace ptrack::pg
+
+#endif

@@ -1,0 +1,33 @@
+/*
+ * map_io.h -- the small file primitives the map's load and save share:
+ * positioned reads and writes that finish or fail, PostgreSQL's CRC-32C, and
+ * removal with a log line.  Plain C-style functions that never raise an
+ * ERROR: the postmaster must start and a checkpoint must not fail because of
+ * ptrack (docs/design.md section 4).
+ */
+#ifndef PTRACK_PG_MAP_IO_H
+#define PTRACK_PG_MAP_IO_H
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ptrack::pg {
+
+/* Finalised CRC-32C of `len` bytes (port/pg_crc32c.h), in the engine's Crc32cFn shape. */
+uint32_t crc32c(const void* data, size_t len);
+
+/* Reads exactly `len` bytes at byte `offset`; false on error or short read (errno set). */
+bool read_at(int fd, void* buf, size_t len, uint64_t offset);
+
+/* Writes exactly `len` bytes at byte `offset`; false on error (errno set, ENOSPC for a short write). */
+bool write_at(int fd, const void* buf, size_t len, uint64_t offset);
+
+/* CRC-32C of `len` bytes at `offset` of `fd`, read through `buffer`; false on a read error. */
+bool crc_of_range(int fd, uint64_t offset, uint64_t len, uint8_t* buffer, size_t buffer_bytes, uint32_t* out);
+
+/* Unlinks `name` (relative to the data directory); logs at `elevel_removed` if it existed, WARNING on error. */
+void remove_file_if_exists(const char* name, int elevel_removed);
+
+}  // namespace ptrack::pg
+
+#endif
