@@ -355,10 +355,10 @@ void load_map(SharedState* state, Map* map)
             state->init_lsn = header.init_lsn;
             state->loaded_covered_lsn = header.covered_lsn;
             state->loaded_timeline = header.timeline;
-            ereport(LOG, (errmsg("ptrack loaded map file \"%s\" (%s capture, complete up to %X/%X), "
-                                 "ptrack_init_lsn() is %X/%X",
-                                 kMapFileName, capture_source_name(header.source),
-                                 PTRACK_LSN_ARGS(header.covered_lsn), PTRACK_LSN_ARGS(header.init_lsn))));
+            ereport(LOG, (errmsg("ptrack loaded map file \"%s\", ptrack_init_lsn() is %X/%X", kMapFileName,
+                                 PTRACK_LSN_ARGS(header.init_lsn)),
+                          errdetail("Saved by the %s capture source, complete up to %X/%X.",
+                                    capture_source_name(header.source), PTRACK_LSN_ARGS(header.covered_lsn))));
         } else {
             start_fresh(state, map, control, reason, true);
         }
