@@ -1,51 +1,88 @@
 #!/usr/bin/env bash
-# run-tests.sh -- the README's test command: builds everything it needs and
-# runs every suite (engine unit tests, pg_regress, TAP) against the patched
-# server.
+# run-tests.sh -- the README's test command: installs and builds everything it
+# needs, then runs every suite in both capture modes:
 #
-# PostgreSQL refuses to run as root, and CI runs as root: in that case the
-# server-side suites run as an unprivileged user (ptrack_test, created if
-# missing) on a copy of the tree, and their logs are copied back to
-# ./test-logs/.  Usage: scripts/run-tests.sh [PROVE_TESTS='t/001_x.pl ...']
+#   engine unit tests (GoogleTest, no server);
+#   hooks: pg_regress and the TAP suite on the patched server
+#          (scripts/build-postgres.sh, cached);
+#   wal:   pg_regress and the TAP suite on Debian's stock postgresql-15,
+#          where ptrack captures changes from the WAL.
+#
+# Each TAP test runs in both modes unless it says it is specific to one
+# (PtrackCluster::capture_mode()).  PostgreSQL refuses to run as root, and CI
+# runs as root: in that case the server-side suites run as an unprivileged
+# user (ptrack_test, created if missing) on a copy of the tree, and their logs
+# are copied back to ./test-logs/<mode>/.
+#
+# Usage: scripts/run-tests.sh [--mode hooks|wal|both] [PROVE_TESTS='t/001_x.pl ...']
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
+mode=both
+if [ "${1:-}" = --mode ]; then
+    mode=$2
+    shift 2
+fi
+case $mode in hooks|wal|both) ;; *) echo "run-tests: --mode must be hooks, wal or both" >&2; exit 2 ;; esac
+
+STOCK_PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+
 need_pkgs=()
-dpkg -s libgtest-dev >/dev/null 2>&1 || need_pkgs+=(libgtest-dev)
-dpkg -s libipc-run-perl >/dev/null 2>&1 || need_pkgs+=(libipc-run-perl)
-command -v g++ >/dev/null 2>&1 || need_pkgs+=(g++)
+for p in libgtest-dev libipc-run-perl g++ postgresql-15 postgresql-server-dev-15 gdb; do
+    dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
+done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "run-tests: missing packages: ${need_pkgs[*]} (install them as root)" >&2
         exit 1
     fi
-    apt-get install -y --no-install-recommends "${need_pkgs[@]}" >&2
+    apt-get install -y --no-install-recommends "${need_pkgs[@]}" >&2 ||
+        { apt-get update >&2 && apt-get install -y --no-install-recommends "${need_pkgs[@]}" >&2; }
 fi
 
-prefix=$(scripts/build-postgres.sh | tail -n 1)
-pg_config="$prefix/bin/pg_config"
-echo "run-tests: patched server at $prefix" >&2
+make -s PG_CONFIG="$STOCK_PG_CONFIG" unittest
 
-make -s PG_CONFIG="$pg_config" unittest
-make -s PG_CONFIG="$pg_config" install
-
-suites=(installcheck installcheck-off "$@")
-if [ "$(id -u)" -ne 0 ]; then
-    make PG_CONFIG="$pg_config" "${suites[@]}"
-    exit 0
+if [ "$(id -u)" -eq 0 ]; then
+    id ptrack_test >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash ptrack_test
 fi
 
-id ptrack_test >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash ptrack_test
-work=$(mktemp -d /tmp/ptrack-tests.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-cp -a "$repo/." "$work/tree"
-chown -R ptrack_test "$work"
+# run_mode MODE PG_CONFIG [make args...]: build and install ptrack into that
+# server, then run pg_regress (tracking on and off) and the TAP suite.
+run_mode() {
+    local m=$1 pg_config=$2
+    shift 2
+    echo "run-tests: === $m capture: $("$pg_config" --version) ($("$pg_config" --bindir)) ===" >&2
+    make -s PG_CONFIG="$pg_config" clean >/dev/null
+    make -s PG_CONFIG="$pg_config" install
+    local suites=(installcheck installcheck-off "$@")
+    if [ "$(id -u)" -ne 0 ]; then
+        PTRACK_CAPTURE=$m make PG_CONFIG="$pg_config" "${suites[@]}"
+        return
+    fi
+    local work status=0
+    work=$(mktemp -d /tmp/ptrack-tests.XXXXXX)
+    cp -a "$repo/." "$work/tree"
+    chown -R ptrack_test "$work"
+    runuser -u ptrack_test -- env PTRACK_CAPTURE="$m" make -C "$work/tree" PG_CONFIG="$pg_config" "${suites[@]}" ||
+        status=$?
+    rm -rf "$repo/test-logs/$m"
+    mkdir -p "$repo/test-logs/$m"
+    for f in regression.diffs regression.out tmp_check/log results; do
+        [ -e "$work/tree/$f" ] && cp -a "$work/tree/$f" "$repo/test-logs/$m/" || true
+    done
+    rm -rf "$work"
+    return $status
+}
+
 status=0
-runuser -u ptrack_test -- make -C "$work/tree" PG_CONFIG="$pg_config" "${suites[@]}" || status=$?
-rm -rf "$repo/test-logs"
-mkdir -p "$repo/test-logs"
-for f in regression.diffs regression.out tmp_check/log results; do
-    [ -e "$work/tree/$f" ] && cp -a "$work/tree/$f" "$repo/test-logs/" || true
-done
+if [ "$mode" != wal ]; then
+    prefix=$(scripts/build-postgres.sh | tail -n 1)
+    run_mode hooks "$prefix/bin/pg_config" "$@" || status=$?
+fi
+if [ "$mode" != hooks ]; then
+    run_mode wal "$STOCK_PG_CONFIG" "$@" || status=$?
+fi
+make -s PG_CONFIG="$STOCK_PG_CONFIG" clean >/dev/null
+[ $status -eq 0 ] && echo "run-tests: all suites passed ($mode)" >&2
 exit $status

@@ -43,6 +43,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
 our @EXPORT_OK = qw(
+  capture_mode
   ptrack_node
   map_header
   delta_batches
@@ -62,6 +63,24 @@ croak 'PtrackCluster needs a Perl with 64-bit integers'
 =head1 FUNCTIONS
 
 =over
+
+=item capture_mode()
+
+The capture source the suite runs with: 'hooks' or 'wal', from the
+environment variable PTRACK_CAPTURE (set by scripts/run-tests.sh), else
+'hooks' if the postgres binary on PATH exports the core patch's mdwrite_hook,
+else 'wal'.  Tests specific to one mode skip themselves in the other.
+
+=cut
+
+sub capture_mode
+{
+	return $ENV{PTRACK_CAPTURE} if $ENV{PTRACK_CAPTURE};
+	my $bindir = `pg_config --bindir`;
+	chomp $bindir;
+	my $symbols = `nm -D --defined-only '$bindir/postgres' 2>/dev/null`;
+	return $symbols =~ /\bmdwrite_hook\b/ ? 'hooks' : 'wal';
+}
 
 =item ptrack_node($name, %opts)
 
@@ -110,8 +129,10 @@ hashref, or undef if the file does not exist:
   size                 file size in bytes
   magic                the first 8 bytes as a string
   version, system_identifier, data_checksum_version, chunk_bytes, flags,
-  timeline, base_id    integers
-  init_lsn, flush_redo_lsn    LSN text (%X/%X)
+  timeline, base_id, source (1 hooks, 2 wal)    integers
+  init_lsn, covered_lsn    LSN text (%X/%X); flush_redo_lsn is the same
+                       field (the covered LSN of a hooks save is its
+                       checkpoint's redo LSN)
   crc_ok               1 if the stored CRC-32C matches the first 508 bytes
 
 A file shorter than the header gives only C<size>.
@@ -161,7 +182,9 @@ sub map_header
 	$h{chunk_bytes} = unpack('L', substr($bytes, 56, 4));
 	$h{flags} = unpack('L', substr($bytes, 60, 4));
 	$h{init_lsn} = _lsn_text(unpack('Q', substr($bytes, 64, 8)));
-	$h{flush_redo_lsn} = _lsn_text(unpack('Q', substr($bytes, 72, 8)));
+	$h{covered_lsn} = _lsn_text(unpack('Q', substr($bytes, 72, 8)));
+	$h{flush_redo_lsn} = $h{covered_lsn};
+	$h{source} = unpack('L', substr($bytes, 104, 4));
 	$h{timeline} = unpack('L', substr($bytes, 80, 4));
 	$h{base_id} = unpack('Q', substr($bytes, 88, 8));
 	$h{crc_ok} =
