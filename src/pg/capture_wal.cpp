@@ -62,6 +62,7 @@ extern "C" {
 #include "capture.h"
 #include "capture_source.h"
 #include "capture_wal.h"
+#include "file_growth.h"
 #include "map_persistence.h"
 #include "shared_state.h"
 #include "wal_records.h"
@@ -160,11 +161,22 @@ void advance_slot(Lsn lsn)
 
 /* --- saves ------------------------------------------------------------------ */
 
+/*
+ * Saves the map complete up to follower.next, with the file sizes its marks
+ * were made from (file_growth.h): first a walk, so the map holds the marks
+ * of every extension seen; the sizes file is prepared before the map and
+ * promoted after it.  If the sizes cannot be written, the previous save
+ * stays in force (and the slot keeps its WAL).
+ */
 void save_map()
 {
+    (void) growth_walk(false);
+    if (!growth_prepare_save(follower.next))
+        return;
     const SavePoint point{follower.next, follower.next};
     if (!flush_map(point))
         return;
+    growth_commit_save();
     follower.saved = follower.next;
     follower.save_due = false;
     publish(&shared->follower.saved_lsn, follower.saved);
@@ -206,6 +218,8 @@ const char* resume_point(Lsn covered, TimeLineID saved_tli, Lsn* out)
     return nullptr;
 }
 
+void start_fresh(Lsn start, Lsn floor);
+
 /*
  * Establishes where reading starts and ptrack_init_lsn(): at the saved map's
  * covered LSN if the map was trusted, else at the slot's position.
@@ -219,6 +233,8 @@ void establish_start()
     if (init != 0 && covered != 0) {
         Lsn start = covered;
         const char* problem = resume_point(covered, shared->loaded_timeline, &start);
+        if (problem == nullptr && !growth_load(covered))
+            problem = "the relation file sizes saved with the map (ptrack.sizes) are missing or damaged";
         if (problem == nullptr) {
             if (restart == InvalidXLogRecPtr)
                 (void) reserve_wal(); /* keep what is left; reading tells whether the WAL from `start` is there */
@@ -232,18 +248,29 @@ void establish_start()
     }
     if (restart == InvalidXLogRecPtr)
         restart = reserve_wal();
-    Lsn floor = shared->fresh_init_floor;
+    start_fresh(restart, shared->fresh_init_floor);
+}
+
+/*
+ * A fresh map, read from `start` on: extensions are seen from a baseline walk
+ * on, so ptrack_init_lsn() is no earlier than the LSN read after that walk,
+ * nor than `floor` (map_load.cpp; UINT64_MAX: unknown, take that LSN).
+ */
+void start_fresh(Lsn start, Lsn floor)
+{
+    growth_reset();
+    const Lsn walked = growth_walk(true);
     if (floor == UINT64_MAX)
-        floor = RecoveryInProgress() ? GetXLogReplayRecPtr(NULL) : GetXLogInsertRecPtr();
-    const Lsn fresh_init = Max(restart, floor);
-    follower.next = restart;
+        floor = walked;
+    const Lsn fresh_init = Max(Max(start, floor), walked);
+    follower.next = start;
     follower.started = true;
     uint64_t expected = 0;
     if (!__atomic_compare_exchange_n(&shared->init_lsn, &expected, fresh_init, false, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE))
         atomic_max_lsn(&shared->init_lsn, fresh_init); /* a restart already moved it */
     ereport(LOG, (errmsg("ptrack WAL follower starts a fresh map at %X/%X; ptrack_init_lsn() is %X/%X",
-                         PTRACK_LSN_ARGS(restart), PTRACK_LSN_ARGS(init_lsn()))));
+                         PTRACK_LSN_ARGS(start), PTRACK_LSN_ARGS(init_lsn()))));
 }
 
 /* --- reading ------------------------------------------------------------------ */
@@ -338,11 +365,12 @@ void restart_after_read_error()
 {
     const Lsn lost_from = follower.next;
     const Lsn start = reserve_wal();
-    follower.next = start;
     char reason[160];
     snprintf(reason, sizeof(reason), "the WAL follower could not read the WAL from %X/%X (see the error above)",
              PTRACK_LSN_ARGS(lost_from));
     restart_tracking_at(Max(start, lost_from), reason);
+    /* Truncations in the lost WAL never reached the size table: start it over. */
+    start_fresh(start, lost_from);
     publish(&shared->follower.applied_lsn, follower.next);
 }
 
@@ -381,6 +409,11 @@ void follow()
         follower.reading = true;
         const int applied = apply_available(1000);
         follower.reading = false;
+        const uint64_t requested = __atomic_load_n(&shared->follower.walk_requested, __ATOMIC_ACQUIRE);
+        if (requested != __atomic_load_n(&shared->follower.walk_done, __ATOMIC_ACQUIRE)) {
+            (void) growth_walk(false);
+            publish(&shared->follower.walk_done, requested);
+        }
         if (follower.save_due)
             save_map();
         if (applied == 0)
@@ -421,11 +454,14 @@ void wait_for_follower()
     if (capture_source != CaptureSourceId::kWal)
         return;
     const Lsn target = RecoveryInProgress() ? GetXLogReplayRecPtr(NULL) : GetFlushRecPtr(NULL);
+    /* A size walk that starts after this point sees every extension made before the call. */
+    const uint64_t walk = __atomic_add_fetch(&shared->follower.walk_requested, 1, __ATOMIC_ACQ_REL);
     const TimestampTz start = GetCurrentTimestamp();
     for (;;) {
         const Lsn applied = __atomic_load_n(&shared->follower.applied_lsn, __ATOMIC_ACQUIRE);
         const Lsn init = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
-        if (init != 0 && applied >= target)
+        const uint64_t walked = __atomic_load_n(&shared->follower.walk_done, __ATOMIC_ACQUIRE);
+        if (init != 0 && applied >= target && walked >= walk)
             return;
         if (void* latch = __atomic_load_n(&shared->follower.latch, __ATOMIC_ACQUIRE))
             SetLatch(static_cast<Latch*>(latch));
@@ -456,6 +492,7 @@ void ptrack_wal_follower_main(Datum)
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
     BackgroundWorkerUnblockSignals();
     follower.cxt = AllocSetContextCreate(TopMemoryContext, "ptrack WAL follower", ALLOCSET_DEFAULT_SIZES);
+    growth_create();
     follower.next = InvalidXLogRecPtr;
     publish(&shared->follower.applied_lsn, 0);
     __atomic_store_n(&shared->follower.latch, static_cast<void*>(MyLatch), __ATOMIC_RELEASE);

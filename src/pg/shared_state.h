@@ -33,6 +33,8 @@ struct FollowerProgress {
     uint64_t applied_lsn;     /* end of the last record whose changes are marked; 0 until it runs */
     uint64_t saved_lsn;       /* covered LSN of the last successful map save */
     void* latch;              /* the follower's Latch (in shared memory), to wake it; nullptr when not running */
+    uint64_t walk_requested;  /* atomic; bumped by a backend that needs a size walk (file_growth.h) */
+    uint64_t walk_done;       /* atomic; the walk_requested value the last finished walk started after */
 };
 
 /* The header of ptrack's shared memory; the map region follows, 64-byte aligned. */

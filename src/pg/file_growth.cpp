@@ -1,0 +1,296 @@
+/*
+ * file_growth.cpp -- see file_growth.h.
+ *
+ * The table is a dynahash in the follower's memory keyed by relation fork
+ * and segment number, holding the segment's size in blocks as last seen.
+ *
+ * ptrack.sizes layout (host byte order, like the map file):
+ *   [0, 64)    header: magic "PTRKSIZE", version, system identifier, covered
+ *              LSN, entry count, CRC-32C of the entries, CRC-32C of the
+ *              header's first 60 bytes in its last 4
+ *   [64, ...)  entry count x SizeRecord (24 bytes)
+ */
+extern "C" {
+#include "postgres.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "access/xlog.h"
+#include "access/xlogrecovery.h"
+#include "miscadmin.h"
+#include "storage/fd.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+}
+
+#include "capture.h"
+#include "datadir_walk.h"
+#include "file_growth.h"
+#include "map_io.h"
+
+namespace ptrack::pg {
+
+namespace {
+
+constexpr const char* kSizesFileName = "ptrack.sizes";
+constexpr const char* kSizesNewFileName = "ptrack.sizes.new";
+constexpr char kSizesMagic[8] = {'P', 'T', 'R', 'K', 'S', 'I', 'Z', 'E'};
+constexpr uint32_t kSizesVersion = 1;
+constexpr size_t kSizesHeaderBytes = 64;
+
+/* A segment file's identity; zero-padded, compared as bytes by dynahash. */
+struct SegmentKey {
+    uint32_t spc_oid;
+    uint32_t db_oid;
+    uint32_t relfilenode;
+    uint32_t fork;
+    uint32_t segno;
+};
+
+struct SizeEntry {
+    SegmentKey key;
+    uint32_t nblocks; /* blocks of the segment file as last seen */
+    uint32_t seen_in; /* walk number that last saw the file */
+};
+
+/* The on-disk form of an entry. */
+struct SizeRecord {
+    uint32_t spc_oid, db_oid, relfilenode, fork, segno, nblocks;
+};
+static_assert(sizeof(SizeRecord) == 24, "size records are written as they are in memory");
+
+/* A segment that grew during a walk, marked once the walk's LSN is known. */
+struct Growth {
+    RelFork rel;
+    uint32_t segno;
+    uint32_t from;
+    uint32_t to;
+};
+
+HTAB* sizes = nullptr;
+uint32_t walk_number = 0;
+
+SegmentKey key_of(const RelFork& rel, uint32_t segno)
+{
+    SegmentKey key;
+    memset(&key, 0, sizeof(key));
+    key.spc_oid = rel.spc_oid;
+    key.db_oid = rel.db_oid;
+    key.relfilenode = rel.relfilenode;
+    key.fork = rel.fork;
+    key.segno = segno;
+    return key;
+}
+
+struct WalkState {
+    bool baseline;
+    Growth* growth; /* palloc'd, grown by doubling */
+    uint32_t count;
+    uint32_t capacity;
+};
+
+void note_file(const RelationFile* file, void* arg)
+{
+    auto* walk = static_cast<WalkState*>(arg);
+    const SegmentKey key = key_of(file->segment.rel, file->segment.segno);
+    bool found = false;
+    auto* entry = static_cast<SizeEntry*>(hash_search(sizes, &key, HASH_ENTER, &found));
+    const uint64_t blocks = (file->size_bytes + BLCKSZ - 1) / BLCKSZ;
+    const uint32_t now = blocks > RELSEG_SIZE ? RELSEG_SIZE : static_cast<uint32_t>(blocks);
+    const uint32_t before = found ? entry->nblocks : 0;
+    entry->nblocks = now;
+    entry->seen_in = walk_number;
+    if (walk->baseline || now <= before || file->unlogged)
+        return;
+    if (walk->count == walk->capacity) {
+        walk->capacity *= 2;
+        walk->growth = static_cast<Growth*>(repalloc(walk->growth, walk->capacity * sizeof(Growth)));
+    }
+    walk->growth[walk->count++] = Growth{file->segment.rel, file->segment.segno, before, now};
+}
+
+void forget_unseen()
+{
+    HASH_SEQ_STATUS status;
+    hash_seq_init(&status, sizes);
+    while (auto* entry = static_cast<SizeEntry*>(hash_seq_search(&status)))
+        if (entry->seen_in != walk_number)
+            (void) hash_search(sizes, &entry->key, HASH_REMOVE, NULL);
+}
+
+void warn_sizes_save_failed(const char* what)
+{
+    ereport(WARNING, (errcode_for_file_access(),
+                      errmsg("ptrack could not save relation file sizes: could not %s file \"%s\": %m", what,
+                             kSizesNewFileName),
+                      errdetail("The map is saved without them; if the server stops before a later save "
+                                "succeeds, the saved map is not trusted and the next backup must be full."),
+                      errhint("Check the permissions and free space of the data directory.")));
+}
+
+/* Reads `name` into the table if it is intact, of this cluster, and saved for `covered`. */
+bool load_file(const char* name, Lsn covered)
+{
+    const int fd = OpenTransientFile(name, O_RDONLY | PG_BINARY);
+    if (fd < 0)
+        return false;
+    uint8_t header[kSizesHeaderBytes];
+    bool ok = read_at(fd, header, sizeof(header), 0) && memcmp(header, kSizesMagic, 8) == 0;
+    uint32_t stored_crc = 0;
+    if (ok)
+        memcpy(&stored_crc, header + 60, 4);
+    ok = ok && stored_crc == crc32c(header, 60);
+    uint32_t version = 0, entries_crc = 0;
+    uint64_t system_identifier = 0, file_covered = 0, count = 0;
+    if (ok) {
+        memcpy(&version, header + 8, 4);
+        memcpy(&system_identifier, header + 16, 8);
+        memcpy(&file_covered, header + 24, 8);
+        memcpy(&count, header + 32, 8);
+        memcpy(&entries_crc, header + 40, 4);
+        ok = version == kSizesVersion && system_identifier == GetSystemIdentifier() && file_covered == covered &&
+             count < (uint64_t{1} << 32);
+    }
+    SizeRecord* records = nullptr;
+    if (ok) {
+        records = static_cast<SizeRecord*>(palloc(Max(count, uint64_t{1}) * sizeof(SizeRecord)));
+        ok = read_at(fd, records, count * sizeof(SizeRecord), kSizesHeaderBytes) &&
+             crc32c(records, count * sizeof(SizeRecord)) == entries_crc;
+    }
+    CloseTransientFile(fd);
+    if (ok) {
+        growth_reset();
+        for (uint64_t i = 0; i < count; ++i) {
+            const SizeRecord& r = records[i];
+            const RelFork rel{r.spc_oid, r.db_oid, r.relfilenode, static_cast<uint8_t>(r.fork)};
+            const SegmentKey key = key_of(rel, r.segno);
+            auto* entry = static_cast<SizeEntry*>(hash_search(sizes, &key, HASH_ENTER, NULL));
+            entry->nblocks = r.nblocks;
+            entry->seen_in = walk_number;
+        }
+    }
+    if (records != nullptr)
+        pfree(records);
+    return ok;
+}
+
+}  // namespace
+
+void growth_create()
+{
+    HASHCTL ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    ctl.keysize = sizeof(SegmentKey);
+    ctl.entrysize = sizeof(SizeEntry);
+    ctl.hcxt = TopMemoryContext;
+    sizes = hash_create("ptrack relation file sizes", 1024, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+void growth_reset()
+{
+    HASH_SEQ_STATUS status;
+    hash_seq_init(&status, sizes);
+    while (auto* entry = static_cast<SizeEntry*>(hash_seq_search(&status)))
+        (void) hash_search(sizes, &entry->key, HASH_REMOVE, NULL);
+}
+
+bool growth_load(Lsn covered)
+{
+    return load_file(kSizesNewFileName, covered) || load_file(kSizesFileName, covered);
+}
+
+Lsn growth_walk(bool baseline)
+{
+    ++walk_number;
+    WalkState walk{baseline, nullptr, 0, 64};
+    walk.growth = static_cast<Growth*>(palloc(walk.capacity * sizeof(Growth)));
+    walk_data_directory(note_file, &walk);
+    forget_unseen();
+    /* Read after every stat(): no smaller than the WAL position when any growth seen here happened. */
+    const Lsn lsn = RecoveryInProgress() ? Max(GetXLogReplayRecPtr(NULL), GetXLogInsertRecPtr())
+                                         : GetXLogInsertRecPtr();
+    for (uint32_t i = 0; i < walk.count; ++i) {
+        const Growth& g = walk.growth[i];
+        const BlockNumber first = g.segno * static_cast<BlockNumber>(RELSEG_SIZE);
+        for (uint32_t b = g.from; b < g.to; ++b)
+            capture_block_at(g.rel, first + b, lsn);
+    }
+    pfree(walk.growth);
+    return lsn;
+}
+
+void growth_truncated(const RelFork& rel, BlockNumber nblocks)
+{
+    const uint32_t first_segno = nblocks / RELSEG_SIZE;
+    for (uint32_t segno = first_segno;; ++segno) {
+        const SegmentKey key = key_of(rel, segno);
+        auto* entry = static_cast<SizeEntry*>(hash_search(sizes, &key, HASH_FIND, NULL));
+        if (entry == nullptr)
+            break;
+        const uint32_t keep = segno == first_segno ? nblocks % RELSEG_SIZE : 0;
+        if (entry->nblocks > keep)
+            entry->nblocks = keep;
+    }
+}
+
+void growth_database_replaced(uint32_t spc, uint32_t db)
+{
+    HASH_SEQ_STATUS status;
+    hash_seq_init(&status, sizes);
+    while (auto* entry = static_cast<SizeEntry*>(hash_seq_search(&status)))
+        if (entry->key.spc_oid == spc && entry->key.db_oid == db)
+            entry->nblocks = 0;
+}
+
+bool growth_prepare_save(Lsn covered)
+{
+    const long count = hash_get_num_entries(sizes);
+    SizeRecord* records = static_cast<SizeRecord*>(palloc(Max(count, 1L) * sizeof(SizeRecord)));
+    HASH_SEQ_STATUS status;
+    hash_seq_init(&status, sizes);
+    long n = 0;
+    while (auto* entry = static_cast<SizeEntry*>(hash_seq_search(&status))) {
+        const SegmentKey& k = entry->key;
+        records[n++] = SizeRecord{k.spc_oid, k.db_oid, k.relfilenode, k.fork, k.segno, entry->nblocks};
+    }
+    uint8_t header[kSizesHeaderBytes];
+    memset(header, 0, sizeof(header));
+    memcpy(header, kSizesMagic, 8);
+    const uint32_t version = kSizesVersion;
+    const uint64_t system_identifier = GetSystemIdentifier();
+    const uint64_t count64 = static_cast<uint64_t>(n);
+    const uint32_t entries_crc = crc32c(records, n * sizeof(SizeRecord));
+    memcpy(header + 8, &version, 4);
+    memcpy(header + 16, &system_identifier, 8);
+    memcpy(header + 24, &covered, 8);
+    memcpy(header + 32, &count64, 8);
+    memcpy(header + 40, &entries_crc, 4);
+    const uint32_t header_crc = crc32c(header, 60);
+    memcpy(header + 60, &header_crc, 4);
+
+    bool ok = false;
+    const int fd = OpenTransientFile(kSizesNewFileName, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
+    if (fd < 0) {
+        warn_sizes_save_failed("create");
+    } else {
+        ok = write_at(fd, header, sizeof(header), 0) &&
+             write_at(fd, records, n * sizeof(SizeRecord), kSizesHeaderBytes) && pg_fsync(fd) == 0;
+        if (!ok)
+            warn_sizes_save_failed("write");
+        if (CloseTransientFile(fd) != 0)
+            ok = false;
+        if (ok && fsync_fname_ext(".", true, false, WARNING) != 0)
+            ok = false;
+    }
+    pfree(records);
+    return ok;
+}
+
+void growth_commit_save()
+{
+    (void) durable_rename(kSizesNewFileName, kSizesFileName, WARNING);
+}
+
+}  // namespace ptrack::pg

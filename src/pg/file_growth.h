@@ -1,0 +1,73 @@
+/*
+ * file_growth.h -- relation extension that the WAL never shows, for the WAL
+ * follower (docs/design.md section 7).
+ *
+ * PostgreSQL extends relation files with zero pages that get no WAL record
+ * until they are first used, and some never are (bulk extension of a heap,
+ * hash index bucket allocation).  A backup tool must still see every block a
+ * file gained after L: if that range was truncated since the previous
+ * backup, the restore would otherwise keep the old pages there.  The hooks
+ * see mdextend(); the WAL does not.  So the follower watches the files:
+ *
+ *   - it keeps the size of every relation segment file as of its last look
+ *     (a "walk" of the data directory, one stat() per file);
+ *   - each walk marks the blocks a file gained since the previous walk with
+ *     an LSN read after the walk: >= the WAL position at the moment of any
+ *     extension the walk saw, so pagemapset(L) lists every block added after
+ *     L once a walk has seen it;
+ *   - truncation, creation and drop records lower the remembered size
+ *     (growth_truncated()), so a file truncated and extended again between
+ *     two walks shows its regrowth;
+ *   - a walk runs before every map save and before every answer of
+ *     ptrack_get_pagemapset() (requested by the backend, wait_for_follower());
+ *   - the sizes are saved with the map (ptrack.sizes), with the covered LSN
+ *     of that save, so that after a restart the follower resumes with the
+ *     sizes the saved marks were made from.  Saving writes ptrack.sizes.new
+ *     before the map and renames it over ptrack.sizes after, so whichever
+ *     save the map file holds, one of the two files matches its covered LSN.
+ *
+ * All of it runs in the follower process only; C-style frames (may ERROR).
+ */
+#ifndef PTRACK_PG_FILE_GROWTH_H
+#define PTRACK_PG_FILE_GROWTH_H
+
+#include "ptrack/relfork.h"
+#include "shared_state.h"
+
+namespace ptrack::pg {
+
+/* Creates the empty size table in the current memory context's process (TopMemoryContext). */
+void growth_create();
+
+/* Forgets every size: the next walk is a baseline. */
+void growth_reset();
+
+/*
+ * Loads the sizes saved with the map whose covered LSN is `covered`; false
+ * (table empty) if neither ptrack.sizes.new nor ptrack.sizes matches.
+ */
+bool growth_load(Lsn covered);
+
+/*
+ * Looks at every relation file: with `baseline`, records sizes only;
+ * otherwise marks the blocks each file gained since its remembered size
+ * (0 for a file not seen before).  Returns the LSN read after the stat()s,
+ * which the marks carry.
+ */
+Lsn growth_walk(bool baseline);
+
+/* A WAL record cut `rel` to `nblocks` blocks (truncation; 0: created or dropped). */
+void growth_truncated(const RelFork& rel, BlockNumber nblocks);
+
+/* A WAL record created or dropped every file of database `db` in tablespace `spc`. */
+void growth_database_replaced(uint32_t spc, uint32_t db);
+
+/* Writes ptrack.sizes.new for a save complete up to `covered`; false on failure (WARNING logged). */
+bool growth_prepare_save(Lsn covered);
+
+/* After the map save succeeded: ptrack.sizes.new becomes ptrack.sizes. */
+void growth_commit_save();
+
+}  // namespace ptrack::pg
+
+#endif
