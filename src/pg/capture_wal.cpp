@@ -159,6 +159,16 @@ void advance_slot(Lsn lsn)
     ReplicationSlotsComputeRequiredLSN();
 }
 
+TimeLineID current_timeline()
+{
+    TimeLineID tli = 0;
+    if (RecoveryInProgress())
+        (void) GetXLogReplayRecPtr(&tli);
+    else
+        tli = GetWALInsertionTimeLine();
+    return tli;
+}
+
 /* --- saves ------------------------------------------------------------------ */
 
 /*
@@ -179,21 +189,14 @@ void save_map()
     growth_commit_save();
     follower.saved = follower.next;
     follower.save_due = false;
+    /* A follower that restarts (its process only) resumes from this save. */
+    shared->loaded_covered_lsn = follower.saved;
+    shared->loaded_timeline = current_timeline();
     publish(&shared->follower.saved_lsn, follower.saved);
     advance_slot(follower.saved);
 }
 
 /* --- where to start ---------------------------------------------------------- */
-
-TimeLineID current_timeline()
-{
-    TimeLineID tli = 0;
-    if (RecoveryInProgress())
-        (void) GetXLogReplayRecPtr(&tli);
-    else
-        tli = GetWALInsertionTimeLine();
-    return tli;
-}
 
 /*
  * A trusted map is complete up to its covered LSN on the timeline it was
@@ -265,6 +268,7 @@ void start_fresh(Lsn start, Lsn floor)
     const Lsn fresh_init = Max(Max(start, floor), walked);
     follower.next = start;
     follower.started = true;
+    follower.save_due = true; /* a first save makes the fresh map resumable */
     uint64_t expected = 0;
     if (!__atomic_compare_exchange_n(&shared->init_lsn, &expected, fresh_init, false, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE))

@@ -41,7 +41,8 @@ struct FollowerProgress {
 struct SharedState {
     uint64_t init_lsn; /* atomic; LSN from which tracking is complete, 0 until established */
     MapGeometry geometry;
-    Lsn loaded_covered_lsn;    /* covered LSN of the map loaded at startup, 0 for a fresh map */
+    Lsn loaded_covered_lsn;    /* covered LSN of the map loaded at startup or, wal, of the follower's
+                                  latest save (where a restarted follower resumes); 0 for a fresh map */
     uint32_t loaded_timeline;  /* timeline of that save */
     Lsn fresh_init_floor;      /* wal: a fresh map's init_lsn is at least this (map_load.cpp) */
     uint64_t restart_count;    /* atomic; tracking restarts since the server started */
