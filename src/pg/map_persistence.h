@@ -1,5 +1,5 @@
 /*
- * map_persistence.h -- the map survives restarts and crashes (DESIGN.md
+ * map_persistence.h -- the map survives restarts and crashes (docs/design.md
  * section 4): loaded at postmaster start if it can be trusted, flushed at the
  * end of every checkpoint and restartpoint sync phase.  The file format and
  * the trust rules are in the engine (ptrack/map_file.h); this file does the
