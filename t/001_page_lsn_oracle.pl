@@ -3,7 +3,7 @@
 # 001_page_lsn_oracle.pl -- ptrack's one promise, checked against the disk.
 #
 # For a start LSN L, ptrack_get_pagemapset(L) must list every block of every
-# permanent relation file that was written or extended after L (DESIGN.md
+# permanent relation file that was written or extended after L (docs/design.md
 # section 1).  Two oracles that do not depend on ptrack (t/lib/PtrackOracle.pm):
 #
 #   - a page found on disk whose header LSN is >= L was written after L;

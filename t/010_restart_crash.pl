@@ -1,6 +1,6 @@
 # Copyright (c) the ptrack authors
 #
-# 010_restart_crash.pl -- the map survives restarts and crashes (DESIGN.md
+# 010_restart_crash.pl -- the map survives restarts and crashes (docs/design.md
 # section 4): after a clean restart, after immediate stops in the middle of a
 # pgbench run, and after a server that died while it wrote the map file, the
 # stored map is trusted (same ptrack_init_lsn()) and still lists every block

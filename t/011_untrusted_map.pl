@@ -1,7 +1,7 @@
 # Copyright (c) the ptrack authors
 #
 # 011_untrusted_map.pl -- a stored map that cannot be trusted is rejected
-# (DESIGN.md section 4): one WARNING naming the reason, the file removed, a
+# (docs/design.md section 4): one WARNING naming the reason, the file removed, a
 # fresh map and a new ptrack_init_lsn(), so that a backup tool asking for
 # changes since an older LSN is told to take a full backup.
 #

@@ -330,7 +330,7 @@ restore_and_compare('restored2', [ "$backups/incr1", "$backups/incr2" ]);
 
 # ---- 9. full_page_writes off on the primary, standby crash (TODO) ----------
 #
-# DESIGN.md section 4 trusts a map after a crash only if the crashed run
+# docs/design.md section 4 trusts a map after a crash only if the crashed run
 # kept full_page_writes on, since only full-page images make replay write
 # (hence mark) again every page changed after the map's flush.  What
 # matters on a standby is the primary's setting in the WAL it replayed, but

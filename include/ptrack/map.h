@@ -5,7 +5,7 @@
  * It is plain C++17 with no PostgreSQL dependency, so that it can be unit
  * tested and benchmarked on its own; src/pg/ places it in shared memory.
  *
- * Layout of the memory region (see DESIGN.md section 3):
+ * Layout of the memory region (see docs/design.md section 3):
  *
  *   [ segment summary: summary_count x uint64 LSN ][ block slots: line_count x 64-byte line ]
  *

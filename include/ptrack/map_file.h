@@ -1,6 +1,6 @@
 /*
  * ptrack/map_file.h -- the on-disk form of the map and the rules for
- * trusting it at startup (DESIGN.md section 4).
+ * trusting it at startup (docs/design.md section 4).
  *
  * Layout of $PGDATA/ptrack.map (host byte order, like PostgreSQL's own data
  * files; the system identifier check rejects a file from another cluster):
@@ -127,8 +127,8 @@ struct StartupFacts {
 
 /*
  * Why a stored map with a valid header must not be trusted, or nullptr if it
- * can be.  The rules of DESIGN.md section 4: same cluster, same capture
- * source, same geometry and file size, no backup_label, same data checksum
+ * can be.  The rules of docs/design.md section 4.4: same cluster, same
+ * capture source, same geometry, placement and file size, no backup_label, same data checksum
  * setting; and for the hooks source, flushed no earlier than the checkpoint
  * recovery starts from and, after a crash, a run that kept full_page_writes
  * on and wal_level >= replica (otherwise replay cannot re-mark pages written

@@ -1,5 +1,5 @@
 /*
- * sql_functions.cpp -- the SQL API of DESIGN.md section 5, compatible with
+ * sql_functions.cpp -- the SQL API of docs/design.md section 5, compatible with
  * pg_probackup's ptrack mode:
  *
  *   ptrack_version()                 text, "major.minor"
@@ -96,7 +96,7 @@ struct PagemapScan {
 /*
  * Fills state->pagemap for one file that file_may_have_changed() let
  * through; returns the number of changed blocks.  FSM forks are not
- * WAL-logged, so every FSM block is listed (DESIGN.md section 1).
+ * WAL-logged, so every FSM block is listed (docs/design.md section 1).
  */
 uint32_t file_changes(const RelationFile* file, PagemapScan* state)
 {

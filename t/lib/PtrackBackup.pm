@@ -11,7 +11,7 @@
 #   restore($full_dir, $incr_dir, $target)   full + incremental -> data dir
 #   compare_clusters($src, $dst)             row digests + amcheck
 #
-# The one rule it relies on (DESIGN.md section 1): a relation segment file
+# The one rule it relies on (docs/design.md section 1): a relation segment file
 # without a pagemap row, and every block without its bit, is unchanged since
 # $since.  Nothing here second-guesses ptrack (no "copy the tail just in
 # case"): a missed block must show up as a mismatch, not be papered over.

@@ -1,7 +1,7 @@
 /*
  * t/unit/map_atomic_test.cpp -- proves the write-side primitives of the map
- * (DESIGN.md section 3, "lock-free atomic max" and "LSN rounded up to a
- * granule"):
+ * (docs/design.md section 3.2, lock-free atomic max, and section 3.3, LSNs
+ * rounded up to a granule):
  *
  * - atomic_max_lsn never lowers a slot, and raises it to exactly the value;
  * - concurrent atomic_max_lsn from 4 threads ends at the global maximum of

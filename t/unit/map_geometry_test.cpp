@@ -1,6 +1,6 @@
 /*
  * t/unit/map_geometry_test.cpp -- proves that MapGeometry::for_bytes sizes the
- * map correctly (DESIGN.md section 3):
+ * map correctly (docs/design.md section 3):
  *
  * - exact line and summary counts for 1 MB, 64 MB, 1 GB and 64 GB (and 1 TB),
  *   computed in 64-bit arithmetic without overflow;

@@ -1,6 +1,6 @@
 /*
  * t/unit/map_probe_test.cpp -- proves the read side of the two-probe map
- * (DESIGN.md sections 1 and 3):
+ * (docs/design.md sections 1 and 3):
  *
  * - a block reads as changed since L only if BOTH of its slots are >= L:
  *   one slot alone (set by hand) is not enough;
@@ -132,7 +132,7 @@ TEST(MapProbe, ClearForgetsEverything)
 }
 
 /*
- * No false negative, the promise of DESIGN.md section 1.  A 256 KB map
+ * No false negative, the promise of docs/design.md section 1.  A 256 KB map
  * (4032 lines) receives 100000 marks on 200 relation forks, so lines are
  * shared by many blocks and slots hold the max of many LSNs.  The LSNs
  * are random, so after the run slots hold a spread of values and the map
