@@ -6,7 +6,7 @@
 # ptrack_get_pagemapset(), restore into a new data directory, verification
 # against the source (every row of every table, amcheck), and a summary.
 #
-# Run it through scripts/main-job.sh, which builds the patched server and the
+# Run it through scripts/main-job.sh, which picks the server (stock: WAL capture; patched: hooks), builds the
 # extension, sets PATH/PERL5LIB/TESTDIR for PostgreSQL::Test::Cluster and
 # t/lib, and switches to an unprivileged user when started as root.
 #

@@ -3,15 +3,19 @@
 #
 # main-job.sh -- the README's "main job": shows ptrack doing what it is for.
 #
-# Builds what is needed (the patched PostgreSQL 15 via
-# scripts/build-postgres.sh, then this extension into it), and runs
+# Builds this extension into a PostgreSQL 15 server (by default Debian's own
+# postgresql-15, where ptrack captures changes from the WAL; with --server
+# patched, the server built with the core patch by scripts/build-postgres.sh,
+# where it uses the hooks), and runs
 # scripts/main-job.pl on a throwaway cluster (loopback/Unix socket only, in a
 # temporary directory): pgbench -i -s 10, full backup, a pgbench run,
 # incremental backup through ptrack_get_pagemapset(), restore, verification
 # against the source, and a human-readable summary.  Exits non-zero if the
 # restored cluster differs from the source or amcheck finds corruption.
 #
-# Usage: scripts/main-job.sh [--duration S] [--scale N] [--clients N] [--keep]
+# Usage: scripts/main-job.sh [--server stock|patched] [--duration S] [--scale N] [--clients N] [--keep]
+#   --server       stock (default): Debian's postgresql-15, wal capture;
+#                  patched: the server with the core patch, hooks capture
 #   --duration S   seconds of pgbench between the two backups (default 60)
 #   --scale N      pgbench scale, at least 10 (default 10)
 #   --clients N    pgbench clients (default 4)
@@ -30,10 +34,15 @@ set -euo pipefail
 usage() { sed -n '/^# Usage:/,/^#   --keep/p' "$0" | sed 's/^# \{0,1\}//' >&2; }
 
 keep=0
+server=stock
 args=()
 while [ $# -gt 0 ]; do
 	case "$1" in
 		--keep) keep=1 ;;
+		--server)
+			[ $# -ge 2 ] || { usage; exit 2; }
+			server=$2; shift ;;
+		--server=*) server=${1#--server=} ;;
 		--duration|--scale|--clients)
 			[ $# -ge 2 ] || { usage; exit 2; }
 			args+=("$1" "$2"); shift ;;
@@ -56,10 +65,23 @@ if ! perl -MIPC::Run -e 1 2>/dev/null; then
 	fi
 fi
 
-echo "main-job: building the patched PostgreSQL 15 (cached after the first run)..." >&2
-prefix=$(scripts/build-postgres.sh | tail -n 1)
-pg_config="$prefix/bin/pg_config"
-echo "main-job: installing ptrack into $prefix" >&2
+case $server in
+	stock)
+		if ! dpkg -s postgresql-server-dev-15 >/dev/null 2>&1; then
+			if [ "$(id -u)" -eq 0 ]; then
+				apt-get install -y --no-install-recommends postgresql-15 postgresql-server-dev-15 >&2
+			else
+				echo "main-job: postgresql-server-dev-15 is missing (apt-get install postgresql-server-dev-15)" >&2
+				exit 1
+			fi
+		fi
+		pg_config=/usr/lib/postgresql/15/bin/pg_config ;;
+	patched)
+		echo "main-job: building the patched PostgreSQL 15 (cached after the first run)..." >&2
+		pg_config="$(scripts/build-postgres.sh | tail -n 1)/bin/pg_config" ;;
+	*) echo "main-job: --server must be stock or patched" >&2; usage; exit 2 ;;
+esac
+echo "main-job: installing ptrack into $("$pg_config" --pkglibdir) ($("$pg_config" --version))" >&2
 if command -v flock >/dev/null 2>&1; then
 	flock /tmp/ptrack-build.lock make -s PG_CONFIG="$pg_config" install >&2
 else
@@ -83,7 +105,7 @@ if [ "$(id -u)" -eq 0 ]; then
 	run_as=(runuser -u ptrack_test --)
 fi
 
-job_env=(PATH="$prefix/bin:$PATH" PERL5LIB="$perl_lib:$work/lib"
+job_env=(PATH="$("$pg_config" --bindir):$PATH" PERL5LIB="$perl_lib:$work/lib"
 	TESTDIR="$work" TMPDIR="$work" PG_REGRESS="$pg_regress"
 	PG_TEST_PORT_DIR="$work/portlock")
 # PostgreSQL::Test::Cluster removes its data directories at exit unless told.
