@@ -28,7 +28,9 @@
 #      b. a torn batch (garbage) after the last whole batch of
 #         ptrack.map.delta (server stopped): the whole batches are applied,
 #         the torn one ignored;
-#      c. the checkpointer killed with SIGKILL while ptrack.map.tmp exists
+#      c. the process that saves the map (the checkpointer with hooks, the
+#         WAL follower with wal capture) killed with SIGKILL while
+#         ptrack.map.tmp exists
 #         (restart_after_crash = on: the postmaster reinitialises shared
 #         memory and loads the map again): the leftover is removed and
 #         logged;
@@ -50,7 +52,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(ptrack_node map_header delta_batches log_position log_since not_trusted_re init_lsn);
+use PtrackCluster qw(capture_mode ptrack_node map_header delta_batches log_position log_since not_trusted_re init_lsn);
 use PtrackOracle qw(block_counts lsn_to_int missed_blocks pagemapset show_misses);
 
 my $node = ptrack_node(
@@ -286,13 +288,19 @@ oracle_passes($L5, $baseline5, 'torn delta batch, L5', 100);
 oracle_passes($L2, $baseline2, 'torn delta batch, L2', 1000, after_crash => 1);
 
 # ---------------------------------------------------------------------------
-# 3c. The checkpointer killed while it writes ptrack.map.tmp
+# 3c. The process that saves the map killed while it writes ptrack.map.tmp
 # ---------------------------------------------------------------------------
 
 $node->safe_psql('postgres', "ALTER SYSTEM SET restart_after_crash = on; SELECT pg_reload_conf();");
 $node->poll_query_until('postgres', 'SELECT current_setting(\'restart_after_crash\')::bool')
   or die 'restart_after_crash did not change';
 
+# Hooks: the checkpointer saves the map; wal capture: the WAL follower does.
+my $saver = capture_mode() eq 'wal' ? 'ptrack WAL follower' : 'checkpointer';
+my $saver_died =
+  capture_mode() eq 'wal'
+  ? qr/background worker "ptrack WAL follower" \(PID \d+\) was terminated by signal 9/
+  : qr/checkpointer process \(PID \d+\) was terminated by signal 9/;
 my $L4 = $node->lsn('insert');
 my $baseline4 = block_counts($pgdata);
 my $caught = 0;
@@ -305,7 +313,7 @@ for my $attempt (1 .. 10)
 	$node->safe_psql('postgres',
 		"UPDATE pgbench_accounts SET abalance = abalance + $attempt WHERE aid % 7 = $attempt % 7");
 	my $checkpointer = $node->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'");
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = '$saver'");
 	$offset = log_position($node);
 	# No pipes: pumpable() then only tells whether psql still runs.
 	my $psql = IPC::Run::start(
@@ -323,7 +331,8 @@ for my $attempt (1 .. 10)
 			$seen = 1;
 			last;
 		}
-		last unless $psql->pumpable;
+		# The checkpointer saves before CHECKPOINT returns; the follower after it.
+		last unless $psql->pumpable || $saver ne 'checkpointer';
 	}
 	my $left = -e "$pgdata/ptrack.map.tmp" ? 1 : 0;
 	eval { $psql->finish; };
@@ -347,21 +356,21 @@ for my $attempt (1 .. 10)
 		last;
 	}
 }
-ok($caught, 'checkpointer killed during the map write: the leftover ptrack.map.tmp was removed');
+ok($caught, "$saver killed during the map write: the leftover ptrack.map.tmp was removed");
 $log = log_since($node, $offset);
-like($log, qr/checkpointer process \(PID \d+\) was terminated by signal 9/,
-	'checkpointer killed: the postmaster saw it die');
+like($log, $saver_died,
+	"$saver killed: the postmaster saw it die");
 like(
 	$log,
 	qr/LOG:  ptrack loaded map file "ptrack\.map", ptrack_init_lsn\(\) is \Q$init0\E$/m,
-	'checkpointer killed: the map file was loaded again');
-unlike($log, not_trusted_re(undef), 'checkpointer killed: no map was rejected');
-is(init_lsn($node), $init0, 'checkpointer killed: ptrack_init_lsn() is unchanged');
-ok(!-e "$pgdata/ptrack.map.tmp", 'checkpointer killed: no ptrack.map.tmp is left');
+	"$saver killed: the map file was loaded again");
+unlike($log, not_trusted_re(undef), "$saver killed: no map was rejected");
+is(init_lsn($node), $init0, "$saver killed: ptrack_init_lsn() is unchanged");
+ok(!-e "$pgdata/ptrack.map.tmp", "$saver killed: no ptrack.map.tmp is left");
 is($node->safe_psql('postgres', 'SELECT pg_backend_pid() <> 0'), 't',
-	'checkpointer killed: the server is up');
-oracle_passes($L4, $baseline4, 'checkpointer killed, L4', 100, after_crash => 1);
-oracle_passes($L2, $baseline2, 'checkpointer killed, L2', 1000, after_crash => 1);
+	"$saver killed: the server is up");
+oracle_passes($L4, $baseline4, "$saver killed, L4", 100, after_crash => 1);
+oracle_passes($L2, $baseline2, "$saver killed, L2", 1000, after_crash => 1);
 
 # ---------------------------------------------------------------------------
 # 4. CREATE DATABASE ... STRATEGY FILE_COPY while checkpoints run, then a

@@ -56,7 +56,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 use PtrackCluster
-  qw(ptrack_node map_header delta_batches log_position log_since not_trusted_re count_matches init_lsn
+  qw(capture_mode ptrack_node map_header delta_batches log_position log_since not_trusted_re count_matches init_lsn
   rewind_from);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok pagemapset show_misses);
 
@@ -309,20 +309,27 @@ sub last_batch_is_latest
 		"$label: the last batch of ptrack.map.delta is the flush of the latest checkpoint ($redo)");
 	return @batches;
 }
-stopped_case(
-	'last delta batch cut short',
-	$reason{older},
-	sub {
-		last_batch_is_latest('last delta batch cut short');
-		truncate("$pgdata/ptrack.map.delta", (-s "$pgdata/ptrack.map.delta") - 8) or die "truncate: $!";
-	});
-stopped_case(
-	'delta file removed',
-	$reason{older},
-	sub {
-		last_batch_is_latest('delta file removed');
-		unlink("$pgdata/ptrack.map.delta") or die "unlink: $!";
-	});
+# Hooks: the saved map must be as recent as the latest checkpoint.  With WAL
+# capture an older map is not a reason to refuse it: the follower re-reads
+# the WAL from the map's covered LSN, and restarts tracking (WARNING) if that
+# WAL is gone (t/020_wal_capture.pl).
+if (capture_mode() eq 'hooks')
+{
+	stopped_case(
+		'last delta batch cut short',
+		$reason{older},
+		sub {
+			last_batch_is_latest('last delta batch cut short');
+			truncate("$pgdata/ptrack.map.delta", (-s "$pgdata/ptrack.map.delta") - 8) or die "truncate: $!";
+		});
+	stopped_case(
+		'delta file removed',
+		$reason{older},
+		sub {
+			last_batch_is_latest('delta file removed');
+			unlink("$pgdata/ptrack.map.delta") or die "unlink: $!";
+		});
+}
 stopped_case(
 	'ptrack.map removed, its delta left',
 	$reason{map_deleted},
@@ -335,12 +342,15 @@ stopped_case(
 # 5. pg_resetwal
 # ---------------------------------------------------------------------------
 
-stopped_case(
-	'pg_resetwal',
-	$reason{older},
-	sub {
-		$node->command_ok([ 'pg_resetwal', '-D', $pgdata ], 'pg_resetwal on the stopped cluster');
-	});
+if (capture_mode() eq 'hooks')    # wal capture: t/020_wal_capture.pl
+{
+	stopped_case(
+		'pg_resetwal',
+		$reason{older},
+		sub {
+			$node->command_ok([ 'pg_resetwal', '-D', $pgdata ], 'pg_resetwal on the stopped cluster');
+		});
+}
 
 # ---------------------------------------------------------------------------
 # 6. Restored from a base backup; a standby; pg_rewind
@@ -466,10 +476,48 @@ COMMIT;
 	$n->stop;
 }
 
-my $fpw = ptrack_node('fpw_off', conf => "autovacuum = off\nfull_page_writes = off\n");
-crash_case($fpw, 'full_page_writes = off', $reason{fpw});
+if (capture_mode() eq 'hooks')
+{
+	my $fpw = ptrack_node('fpw_off', conf => "autovacuum = off\nfull_page_writes = off\n");
+	crash_case($fpw, 'full_page_writes = off', $reason{fpw});
 
-my $minimal = ptrack_node('wal_minimal', wal_level => 'minimal', conf => "autovacuum = off\n");
-crash_case($minimal, 'wal_level = minimal', $reason{minimal});
+	my $minimal = ptrack_node('wal_minimal', wal_level => 'minimal', conf => "autovacuum = off\n");
+	crash_case($minimal, 'wal_level = minimal', $reason{minimal});
+}
+else
+{
+	# WAL capture re-reads the WAL after a crash: full_page_writes does not
+	# matter, and the map stays trusted.
+	my $fpw = ptrack_node('fpw_off', conf => "autovacuum = off\nfull_page_writes = off\n");
+	$fpw->start;
+	$fpw->safe_psql('postgres', 'CREATE EXTENSION ptrack');
+	$fpw->command_ok([ 'pgbench', '-i', '-q', '-s', '1', 'postgres' ], 'full_page_writes = off: pgbench -i -s 1');
+	$fpw->safe_psql('postgres', 'CHECKPOINT');
+	my $init = init_lsn($fpw);
+	my $Lx = $fpw->lsn('insert');
+	my $baseline = block_counts($fpw->data_dir);
+	workload($fpw);
+	$fpw->safe_psql('postgres', 'CHECKPOINT');
+	workload($fpw);
+	$fpw->stop('immediate');
+	my $off = log_position($fpw);
+	$fpw->start;
+	my $log = log_since($fpw, $off);
+	like($log, qr/database system was interrupted/, 'full_page_writes = off: the server went through crash recovery');
+	unlike($log, not_trusted_re(undef), 'full_page_writes = off, wal capture: the map is trusted after the crash');
+	is(init_lsn($fpw), $init, 'full_page_writes = off, wal capture: ptrack_init_lsn() is unchanged');
+	$fpw->safe_psql('postgres', 'CHECKPOINT');
+	no_misses_ok($fpw, $Lx, 'full_page_writes = off, wal capture: oracle from L passes after the crash',
+		baseline => $baseline);
+	$fpw->stop;
+
+	# wal_level = minimal: the WAL does not show every write; refuse to start.
+	my $minimal = ptrack_node('wal_minimal', wal_level => 'minimal', conf => "autovacuum = off\n");
+	$off = log_position($minimal);
+	ok(!$minimal->start(fail_ok => 1), 'wal_level = minimal with wal capture: the server refuses to start');
+	like(log_since($minimal, $off),
+		qr/FATAL:  ptrack captures changes from the WAL on this server, which needs wal_level "replica" or "logical"/,
+		'wal_level = minimal with wal capture: a FATAL says why');
+}
 
 done_testing();
