@@ -443,7 +443,8 @@ void register_wal_follower()
 {
     BackgroundWorker worker;
     memset(&worker, 0, sizeof(worker));
-    worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+    /* A connection to no database (shared catalogs only): it shows in pg_stat_activity, like other workers. */
+    worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
     worker.bgw_start_time = BgWorkerStart_ConsistentState;
     worker.bgw_restart_time = 1;
     snprintf(worker.bgw_library_name, BGW_MAXLEN, "ptrack");
@@ -495,6 +496,7 @@ void ptrack_wal_follower_main(Datum)
     pqsignal(SIGTERM, follower_sigterm);
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
     BackgroundWorkerUnblockSignals();
+    BackgroundWorkerInitializeConnection(NULL, NULL, 0);
     follower.cxt = AllocSetContextCreate(TopMemoryContext, "ptrack WAL follower", ALLOCSET_DEFAULT_SIZES);
     growth_create();
     follower.next = InvalidXLogRecPtr;
