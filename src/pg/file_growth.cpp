@@ -72,6 +72,9 @@ struct Growth {
 HTAB* sizes = nullptr;
 uint32_t walk_number = 0;
 
+/* The entry growth_block_referenced() used last (consecutive references hit the same segment). */
+SizeEntry* last_entry = nullptr;
+
 SegmentKey key_of(const RelFork& rel, uint32_t segno)
 {
     SegmentKey key;
@@ -113,6 +116,7 @@ void note_file(const RelationFile* file, void* arg)
 
 void forget_unseen()
 {
+    last_entry = nullptr;
     HASH_SEQ_STATUS status;
     hash_seq_init(&status, sizes);
     while (auto* entry = static_cast<SizeEntry*>(hash_seq_search(&status)))
@@ -190,6 +194,7 @@ void growth_create()
 
 void growth_reset()
 {
+    last_entry = nullptr;
     HASH_SEQ_STATUS status;
     hash_seq_init(&status, sizes);
     while (auto* entry = static_cast<SizeEntry*>(hash_seq_search(&status)))
@@ -219,6 +224,30 @@ Lsn growth_walk(bool baseline)
     }
     pfree(walk.growth);
     return lsn;
+}
+
+void growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn lsn)
+{
+    const uint32_t segno = block / RELSEG_SIZE;
+    const uint32_t offset = block % RELSEG_SIZE;
+    SizeEntry* entry = last_entry;
+    if (entry == nullptr || entry->key.segno != segno || entry->key.relfilenode != rel.relfilenode ||
+        entry->key.fork != rel.fork || entry->key.db_oid != rel.db_oid || entry->key.spc_oid != rel.spc_oid) {
+        const SegmentKey key = key_of(rel, segno);
+        bool found = false;
+        entry = static_cast<SizeEntry*>(hash_search(sizes, &key, HASH_ENTER, &found));
+        if (!found) {
+            entry->nblocks = 0;
+            entry->seen_in = walk_number;
+        }
+        last_entry = entry;
+    }
+    if (offset < entry->nblocks)
+        return;
+    const BlockNumber first = segno * static_cast<BlockNumber>(RELSEG_SIZE);
+    for (uint32_t b = entry->nblocks; b < offset; ++b)
+        capture_block_at(rel, first + b, lsn);
+    entry->nblocks = offset + 1;
 }
 
 void growth_truncated(const RelFork& rel, BlockNumber nblocks)

@@ -56,6 +56,16 @@ bool growth_load(Lsn covered);
  */
 Lsn growth_walk(bool baseline);
 
+/*
+ * A WAL record ending at `lsn` references `block` of `rel`: the file had at
+ * least block + 1 blocks before it, so blocks between the remembered size
+ * and `block` were added before `lsn`: they are marked with it now, and the
+ * remembered size grows.  This dates most extensions by the WAL (a new page
+ * is WAL-logged when first used) instead of by the next walk, so a backup
+ * started between an extension and that walk is not given those blocks.
+ */
+void growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn lsn);
+
 /* A WAL record cut `rel` to `nblocks` blocks (truncation; 0: created or dropped). */
 void growth_truncated(const RelFork& rel, BlockNumber nblocks);
 
