@@ -1,6 +1,6 @@
 /*
- * capture.cpp -- mark announcements (see capture.h) and the whole-directory capture used after
- * a directory copy; see capture.h.
+ * capture.cpp -- mark announcements (see capture.h), the whole-directory capture used after
+ * a directory copy, and the limit events of the WAL follower; see capture.h.
  */
 extern "C" {
 #include "postgres.h"
@@ -76,6 +76,18 @@ void restart_tracking(const char* reason)
 {
     if (map.attached())
         restart_tracking_at(current_mark_lsn(), reason);
+}
+
+void capture_limit(const RelFork& rel, BlockNumber limit, Lsn lsn) noexcept
+{
+    if (limits.attached())
+        limits.set_relation_limit(rel, limit, lsn);
+}
+
+void capture_database(uint32_t spc, uint32_t db, Lsn lsn) noexcept
+{
+    if (limits.attached())
+        limits.set_database_limit(spc, db, lsn);
 }
 
 void restart_tracking_at(Lsn now, const char* reason)
