@@ -62,6 +62,7 @@ extern "C" {
 #include "capture.h"
 #include "capture_source.h"
 #include "capture_wal.h"
+#include "limits_file.h"
 #include "map_persistence.h"
 #include "shared_state.h"
 #include "wal_records.h"
@@ -163,7 +164,8 @@ void advance_slot(Lsn lsn)
 void save_map()
 {
     const SavePoint point{follower.next, follower.next};
-    if (!flush_map(point))
+    /* The limit table first: a saved map must never be ahead of the saved limits (limits_file.h). */
+    if (!save_limits(point.covered_lsn) || !flush_map(point))
         return;
     follower.saved = follower.next;
     follower.save_due = false;
