@@ -175,6 +175,16 @@ const char* malformed(XLogReaderState* record)
                   PTRACK_LSN_ARGS(record->ReadRecPtr));
 }
 
+/* Copies the record's fixed-size main data into *out; false if the record is shorter. */
+template <typename T>
+bool main_data(XLogReaderState* record, T* out)
+{
+    if (XLogRecGetDataLen(record) < sizeof(T))
+        return false;
+    memcpy(out, XLogRecGetData(record), sizeof(T));
+    return true;
+}
+
 inline RelFork rel_fork(const RelFileNode& node, int fork)
 {
     return RelFork{node.spcNode, node.dbNode, node.relNode, static_cast<uint8_t>(fork)};
@@ -210,15 +220,9 @@ void drop_relations(const RelFileNode* nodes, int count, Lsn lsn)
 bool apply_smgr(XLogReaderState* record, Lsn lsn, const char** why)
 {
     const uint8 info = XLogRecGetInfo(record) & XLR_RMGR_INFO_MASK;
-    const uint32 length = XLogRecGetDataLen(record);
     if (info == XLOG_SMGR_CREATE) {
         xl_smgr_create xlrec;
-        if (length < sizeof(xlrec)) {
-            *why = malformed(record);
-            return true;
-        }
-        memcpy(&xlrec, XLogRecGetData(record), sizeof(xlrec));
-        if (xlrec.forkNum < 0 || xlrec.forkNum > MAX_FORKNUM)
+        if (!main_data(record, &xlrec) || xlrec.forkNum < 0 || xlrec.forkNum > MAX_FORKNUM)
             *why = malformed(record);
         else
             capture_limit(rel_fork(xlrec.rnode, xlrec.forkNum), 0, lsn);
@@ -226,11 +230,10 @@ bool apply_smgr(XLogReaderState* record, Lsn lsn, const char** why)
     }
     if (info == XLOG_SMGR_TRUNCATE) {
         xl_smgr_truncate xlrec;
-        if (length < sizeof(xlrec)) {
+        if (!main_data(record, &xlrec)) {
             *why = malformed(record);
             return true;
         }
-        memcpy(&xlrec, XLogRecGetData(record), sizeof(xlrec));
         if (xlrec.flags & SMGR_TRUNCATE_HEAP)
             capture_limit(rel_fork(xlrec.rnode, MAIN_FORKNUM), xlrec.blkno, lsn);
         if (xlrec.flags & SMGR_TRUNCATE_VM)
@@ -275,31 +278,25 @@ bool apply_xact(XLogReaderState* record, Lsn lsn, const char** why)
     return false;
 }
 
+/* Both CREATE DATABASE records begin with the new directory's database and tablespace. */
+static_assert(offsetof(xl_dbase_create_file_copy_rec, db_id) == offsetof(xl_dbase_create_wal_log_rec, db_id) &&
+                  offsetof(xl_dbase_create_file_copy_rec, tablespace_id) ==
+                      offsetof(xl_dbase_create_wal_log_rec, tablespace_id),
+              "xl_dbase_create_wal_log_rec is a prefix of xl_dbase_create_file_copy_rec");
+
 bool apply_dbase(XLogReaderState* record, Lsn lsn, const char** why)
 {
     const uint8 info = XLogRecGetInfo(record) & XLR_RMGR_INFO_MASK;
-    const uint32 length = XLogRecGetDataLen(record);
-    if (info == XLOG_DBASE_CREATE_FILE_COPY) {
-        xl_dbase_create_file_copy_rec xlrec;
-        if (length < sizeof(xlrec)) {
+    if (info == XLOG_DBASE_CREATE_FILE_COPY || info == XLOG_DBASE_CREATE_WAL_LOG) {
+        xl_dbase_create_wal_log_rec created;
+        if (!main_data(record, &created))
             *why = malformed(record);
-            return true;
-        }
-        memcpy(&xlrec, XLogRecGetData(record), sizeof(xlrec));
-        capture_database(xlrec.tablespace_id, xlrec.db_id, lsn);
-        return true;
-    }
-    if (info == XLOG_DBASE_CREATE_WAL_LOG) {
-        xl_dbase_create_wal_log_rec xlrec;
-        if (length < sizeof(xlrec)) {
-            *why = malformed(record);
-            return true;
-        }
-        memcpy(&xlrec, XLogRecGetData(record), sizeof(xlrec));
-        capture_database(xlrec.tablespace_id, xlrec.db_id, lsn);
+        else
+            capture_database(created.tablespace_id, created.db_id, lsn);
         return true;
     }
     if (info == XLOG_DBASE_DROP) {
+        const uint32 length = XLogRecGetDataLen(record);
         xl_dbase_drop_rec head;
         if (length < MinSizeOfDbaseDropRec) {
             *why = malformed(record);
@@ -328,12 +325,9 @@ bool apply_xlog(XLogReaderState* record, const char** why)
     if (info != XLOG_PARAMETER_CHANGE)
         return false;
     xl_parameter_change xlrec;
-    if (XLogRecGetDataLen(record) < sizeof(xlrec)) {
+    if (!main_data(record, &xlrec))
         *why = malformed(record);
-        return true;
-    }
-    memcpy(&xlrec, XLogRecGetData(record), sizeof(xlrec));
-    if (xlrec.wal_level < WAL_LEVEL_REPLICA)
+    else if (xlrec.wal_level < WAL_LEVEL_REPLICA)
         *why = reason("the server ran with wal_level = minimal (parameter change at %X/%X), which writes new "
                       "relations without WAL",
                       PTRACK_LSN_ARGS(record->ReadRecPtr));

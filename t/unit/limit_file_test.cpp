@@ -20,49 +20,21 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "crc32c_oracle.h"
+#include "limit_fixture.h"
 #include "ptrack/limit_file.h"
 #include "ptrack/limit_table.h"
 
 using namespace ptrack;
+using ptrack_test::bitwise_crc32c;
+using ptrack_test::OwnedTable;
 
 namespace {
-
-uint32_t bitwise_crc32c(const void* data, size_t len)
-{
-    const auto* p = static_cast<const uint8_t*>(data);
-    uint32_t crc = 0xFFFFFFFFu;
-    for (size_t i = 0; i < len; ++i) {
-        crc ^= p[i];
-        for (int k = 0; k < 8; ++k)
-            crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
-    }
-    return ~crc;
-}
-
-class OwnedTable {
-public:
-    explicit OwnedTable(uint32_t buckets)
-    {
-        memory_ = std::aligned_alloc(64, LimitTable::bytes(buckets));
-        if (memory_ == nullptr)
-            throw std::bad_alloc();
-        std::memset(memory_, 0, LimitTable::bytes(buckets));
-        table = LimitTable(memory_, buckets);
-    }
-    ~OwnedTable() { std::free(memory_); }
-    OwnedTable(const OwnedTable&) = delete;
-    OwnedTable& operator=(const OwnedTable&) = delete;
-
-    void* memory_ = nullptr;
-    LimitTable table;
-};
 
 constexpr uint64_t kSystem = 7291234567890123456ULL;
 constexpr Lsn kCovered = 0x5000028;

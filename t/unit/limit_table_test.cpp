@@ -25,38 +25,18 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <new>
 #include <random>
 #include <set>
 #include <thread>
 #include <vector>
 
+#include "limit_fixture.h"
 #include "ptrack/limit_table.h"
 
 using namespace ptrack;
+using ptrack_test::OwnedTable;
 
 namespace {
-
-/* A zeroed, 64-byte aligned region for a table, freed at the end. */
-class OwnedTable {
-public:
-    explicit OwnedTable(uint32_t buckets)
-    {
-        memory_ = std::aligned_alloc(64, LimitTable::bytes(buckets));
-        if (memory_ == nullptr)
-            throw std::bad_alloc();
-        std::memset(memory_, 0, LimitTable::bytes(buckets));
-        table = LimitTable(memory_, buckets);
-    }
-    ~OwnedTable() { std::free(memory_); }
-    OwnedTable(const OwnedTable&) = delete;
-    OwnedTable& operator=(const OwnedTable&) = delete;
-
-    void* memory_ = nullptr;
-    LimitTable table;
-};
 
 struct Event {
     bool database; /* a database event (limit 0 for every file of rel's database) */
