@@ -30,6 +30,13 @@ inline bool pagemap_test(const uint8_t* pagemap, size_t length, uint32_t block) 
 /* Sets the bits of blocks [0, nblocks) and returns nblocks (used for FSM forks). */
 uint32_t pagemap_set_all(uint8_t* pagemap, uint32_t nblocks) noexcept;
 
+/*
+ * Sets the bits of blocks [first, nblocks) (every block from a limit on, see
+ * ptrack/limit_table.h) and returns how many of them were not set before.
+ * Nothing if first >= nblocks.
+ */
+uint32_t pagemap_set_from(uint8_t* pagemap, uint32_t first, uint32_t nblocks) noexcept;
+
 /* Length in bytes up to and including the last non-zero byte (0 if none is set). */
 size_t pagemap_trimmed_length(const uint8_t* pagemap, size_t length) noexcept;
 

@@ -1,6 +1,6 @@
 /*
- * capture.cpp -- mark announcements (see capture.h) and the whole-directory capture used after
- * a directory copy; see capture.h.
+ * capture.cpp -- mark announcements (see capture.h), the whole-directory capture used after
+ * a directory copy, and the limit events of the WAL follower; see capture.h.
  */
 extern "C" {
 #include "postgres.h"
@@ -11,6 +11,7 @@ extern "C" {
 }
 
 #include "capture.h"
+#include "file_growth.h"
 #include "datadir_walk.h"
 #include "shared_state.h"
 
@@ -76,6 +77,23 @@ void restart_tracking(const char* reason)
 {
     if (map.attached())
         restart_tracking_at(current_mark_lsn(), reason);
+}
+
+void capture_limit(const RelFork& rel, BlockNumber limit, Lsn lsn) noexcept
+{
+    if (!limits.attached())
+        return;
+    limits.set_relation_limit(rel, limit, lsn);
+    /* Regrowth past the cut must show as growth (file_growth.h); a lookup, never an allocation. */
+    growth_truncated(rel, limit);
+}
+
+void capture_database(uint32_t spc, uint32_t db, Lsn lsn) noexcept
+{
+    if (!limits.attached())
+        return;
+    limits.set_database_limit(spc, db, lsn);
+    growth_database_replaced(spc, db);
 }
 
 void restart_tracking_at(Lsn now, const char* reason)

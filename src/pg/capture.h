@@ -113,6 +113,17 @@ inline void capture_block_at(const RelFork& rel, BlockNumber block, Lsn lsn) noe
 }
 
 /*
+ * Every block >= `limit` of `rel` counts as changed at `lsn` from now on
+ * (the limit table, ptrack/limit_table.h): a truncation to `limit` blocks, or
+ * limit 0 for a created or dropped relation fork.  For the WAL follower
+ * only, its single writer; lock-free, no allocation, no error.
+ */
+void capture_limit(const RelFork& rel, BlockNumber limit, Lsn lsn) noexcept;
+
+/* Every block of every file of database directory (spc, db) counts as changed at `lsn`.  As capture_limit(). */
+void capture_database(uint32_t spc, uint32_t db, Lsn lsn) noexcept;
+
+/*
  * Marks every block of every permanent relation file directly inside `dir`
  * (a path relative to the data directory such as "base/16390"), as written
  * now: for directories copied wholesale (CREATE DATABASE ... STRATEGY

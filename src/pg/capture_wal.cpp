@@ -63,6 +63,7 @@ extern "C" {
 #include "capture_source.h"
 #include "capture_wal.h"
 #include "file_growth.h"
+#include "limits_file.h"
 #include "map_persistence.h"
 #include "shared_state.h"
 #include "wal_records.h"
@@ -181,10 +182,9 @@ TimeLineID current_timeline()
 void save_map()
 {
     (void) growth_walk(false);
-    if (!growth_prepare_save(follower.next))
-        return;
     const SavePoint point{follower.next, follower.next};
-    if (!flush_map(point))
+    /* The limit table first: a saved map must never be ahead of the saved limits (limits_file.h). */
+    if (!growth_prepare_save(point.covered_lsn) || !save_limits(point.covered_lsn) || !flush_map(point))
         return;
     growth_commit_save();
     follower.saved = follower.next;

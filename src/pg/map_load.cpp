@@ -32,8 +32,10 @@ extern "C" {
 }
 
 #include "capture_source.h"
+#include "limits_file.h"
 #include "map_io.h"
 #include "map_persistence.h"
+#include "ptrack/limit_file.h"
 #include "ptrack/map_delta.h"
 #include "ptrack/map_file.h"
 
@@ -301,6 +303,30 @@ Lsn fresh_wal_init_floor(const ControlFileData* control)
 }
 
 /*
+ * The wal source resumes reading at the map's covered LSN, so it needs the
+ * limit events of every record before it: ptrack.limits, loaded into the
+ * limit table, complete up to at least that LSN (limits_file.h).  nullptr if
+ * so, else why the map cannot be continued (the caller starts afresh, which
+ * also empties the table).
+ */
+const char* limits_distrust_reason(const ControlFileData* control, Lsn map_covered)
+{
+    static char text[256];
+    Lsn covered = 0;
+    const char* why = control == nullptr ? "pg_control could not be verified"
+                                         : load_limits(control->system_identifier, &covered);
+    if (why == nullptr && covered >= map_covered)
+        return nullptr;
+    if (why == nullptr)
+        snprintf(text, sizeof(text), "\"%s\" is complete only up to %X/%X, before the map's %X/%X", kLimitFileName,
+                 PTRACK_LSN_ARGS(covered), PTRACK_LSN_ARGS(map_covered));
+    else
+        snprintf(text, sizeof(text), "\"%s\", which the WAL follower needs with it, is not usable: %s", kLimitFileName,
+                 why);
+    return text;
+}
+
+/*
  * A fresh, empty map: no file to use (`reason` nullptr), or one that is not
  * trusted (removed when `remove_rejected`, i.e. it was read and judged).
  */
@@ -310,6 +336,7 @@ void start_fresh(SharedState* state, Map* map, const ControlFileData* control, c
     if (reason != nullptr)
         warn_not_trusted(reason);
     map->clear();
+    limits.clear();
     state->init_lsn = fresh_map_init_lsn(control);
     state->loaded_covered_lsn = 0;
     state->loaded_timeline = 0;
@@ -351,6 +378,8 @@ void load_map(SharedState* state, Map* map)
         MapFileHeader header{};
         const char* reason = read_trusted_map(fd, control, state->geometry, map, &header);
         CloseTransientFile(fd);
+        if (reason == nullptr && capture_source == CaptureSourceId::kWal)
+            reason = limits_distrust_reason(control, header.covered_lsn);
         if (reason == nullptr) {
             state->init_lsn = header.init_lsn;
             state->loaded_covered_lsn = header.covered_lsn;

@@ -34,6 +34,7 @@ PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 #include "capture.h"
 #include "capture_source.h"
 #include "capture_wal.h"
+#include "limits_file.h"
 #include "map_persistence.h"
 #include "shared_state.h"
 
@@ -41,6 +42,7 @@ namespace ptrack::pg {
 
 SharedState* shared = nullptr;
 Map map;
+LimitTable limits;
 bool preloaded = false;
 int map_size_mb = 0;
 bool use_segment_summary = true;
@@ -84,12 +86,16 @@ void* region_of(SharedState* state)
     return reinterpret_cast<void*>((header_end + kLineBytes - 1) / kLineBytes * kLineBytes);
 }
 
+/* The limit table's region: fixed size, plus slack to align it to a cache line. */
+constexpr Size kLimitRegionBytes = LimitTable::bytes(kDefaultLimitBuckets) + kLineBytes;
+
 void ptrack_shmem_request()
 {
     if (prev_shmem_request_hook)
         prev_shmem_request_hook();
     if (map_size_mb > 0) {
         RequestAddinShmemSpace(shared_state_bytes(configured_geometry()));
+        RequestAddinShmemSpace(kLimitRegionBytes);
         RequestAddinShmemSpace(announcement_slots() * sizeof(MarkAnnouncement));
     }
 }
@@ -99,14 +105,22 @@ void ptrack_shmem_startup()
     if (prev_shmem_startup_hook)
         prev_shmem_startup_hook();
     if (map_size_mb == 0) {
-        if (!IsUnderPostmaster)
+        if (!IsUnderPostmaster) {
             remove_map_files();
+            remove_limits_files();
+        }
         return;
     }
 
     const MapGeometry geometry = configured_geometry();
     bool found = false;
     LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    /* The limit table first, empty, so that loading the map may also load it. */
+    const auto limit_region = reinterpret_cast<uintptr_t>(ShmemInitStruct("ptrack limits", kLimitRegionBytes, &found));
+    limits = LimitTable(reinterpret_cast<void*>((limit_region + kLineBytes - 1) / kLineBytes * kLineBytes),
+                        kDefaultLimitBuckets);
+    if (!found)
+        limits.clear();
     auto* state = static_cast<SharedState*>(ShmemInitStruct("ptrack", shared_state_bytes(geometry), &found));
     if (!found) {
         state->init_lsn = 0;

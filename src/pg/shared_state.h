@@ -14,6 +14,7 @@ extern "C" {
 #include "access/xlog.h" /* GetXLogInsertRecPtr(); includers include postgres.h first */
 }
 
+#include "ptrack/limit_table.h"
 #include "ptrack/map.h"
 
 /*
@@ -51,6 +52,7 @@ struct SharedState {
 
 extern SharedState* shared; /* nullptr when tracking is off */
 extern Map map;             /* attached iff shared != nullptr */
+extern LimitTable limits;   /* "every block from B on changed" (ptrack/limit_table.h); attached iff map is */
 extern bool preloaded;      /* loaded through shared_preload_libraries */
 extern int map_size_mb;     /* the ptrack.map_size GUC, in MB */
 extern bool use_segment_summary; /* developer GUC ptrack.use_segment_summary */

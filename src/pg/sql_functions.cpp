@@ -47,6 +47,8 @@ static_assert(noexcept(map.segment_pagemap(RelFork{}, 0, 0, 0, nullptr, true)), 
 static_assert(noexcept(map.segment_may_have_changed(RelFork{}, 0, 0)), "engine must not throw");
 static_assert(noexcept(pagemap_set_all(nullptr, 0)), "engine must not throw");
 static_assert(noexcept(pagemap_trimmed_length(nullptr, 0)), "engine must not throw");
+static_assert(noexcept(pagemap_set_from(nullptr, 0, 0)), "engine must not throw");
+static_assert(noexcept(limits.first_changed_block(RelFork{}, 0)), "engine must not throw");
 
 /* The start_lsn argument: not NULL, not older than ptrack_init_lsn(), not ahead of the WAL. */
 Lsn checked_start_lsn(FunctionCallInfo fcinfo)
@@ -91,12 +93,31 @@ struct PagemapScan {
     TupleDesc tupdesc;
     int64 files;
     int64 pages;
+    RelSegment limited;   /* the file file_may_have_changed() looked at last */
+    uint32_t limit_first; /* its first block changed by a limit, counted in the segment; RELSEG_SIZE if none */
 };
 
 /*
+ * The first block of segment file `segment` that the limit table lists
+ * (every block from it on changed at or after `since`), counted from the
+ * segment's first block; RELSEG_SIZE if none.  Segment s holds the relation
+ * fork's blocks [s * RELSEG_SIZE, (s + 1) * RELSEG_SIZE).
+ */
+uint32_t limit_in_segment(const RelSegment& segment, Lsn since)
+{
+    const uint32_t limit = limits.first_changed_block(segment.rel, since);
+    const uint64_t start = uint64_t{segment.segno} * RELSEG_SIZE;
+    if (limit == kNoLimit || limit >= start + RELSEG_SIZE)
+        return RELSEG_SIZE;
+    return limit <= start ? 0 : static_cast<uint32_t>(limit - start);
+}
+
+/*
  * Fills state->pagemap for one file that file_may_have_changed() let
- * through; returns the number of changed blocks.  FSM forks are not
- * WAL-logged, so every FSM block is listed (docs/design.md section 1).
+ * through; returns the number of changed blocks: the map's, and every block
+ * from a limit on (truncations, created or dropped relations and databases,
+ * ptrack/limit_table.h).  FSM forks are not WAL-logged, so every FSM block
+ * is listed (docs/design.md section 1).
  */
 uint32_t file_changes(const RelationFile* file, PagemapScan* state)
 {
@@ -107,21 +128,33 @@ uint32_t file_changes(const RelationFile* file, PagemapScan* state)
     state->nblocks = n;
     if (file->segment.rel.fork == kFsmFork)
         return pagemap_set_all(state->pagemap, n);
-    return map.segment_pagemap(file->segment.rel, file->segment.segno, n, state->since, state->pagemap,
-                               use_segment_summary);
+    uint32_t count = map.segment_pagemap(file->segment.rel, file->segment.segno, n, state->since, state->pagemap,
+                                         use_segment_summary);
+    /* The walk calls the filter just before, for the same file: reuse its lookup. */
+    const bool same = file->segment.rel == state->limited.rel && file->segment.segno == state->limited.segno;
+    const uint32_t first = same ? state->limit_first : limit_in_segment(file->segment, state->since);
+    if (first < n)
+        count += pagemap_set_from(state->pagemap, first, n);
+    return count;
 }
 
 /*
  * Before a file's size is looked up: false if it has nothing to list, so
  * that unchanged files cost no stat().  Unlogged relations are not backed up
- * (only their init fork); FSM forks are always listed whole.
+ * (only their init fork); FSM forks are always listed whole; a file that a
+ * limit covers is listed whatever the map says.  One limit lookup per file
+ * (relation and database bucket), kept for file_changes().
  */
 bool file_may_have_changed(const RelSegment& segment, bool unlogged, void* arg)
 {
-    const auto* state = static_cast<const PagemapScan*>(arg);
+    auto* state = static_cast<PagemapScan*>(arg);
     if (unlogged)
         return false;
-    if (segment.rel.fork == kFsmFork || !use_segment_summary)
+    if (segment.rel.fork == kFsmFork)
+        return true;
+    state->limited = segment;
+    state->limit_first = limit_in_segment(segment, state->since);
+    if (state->limit_first < RELSEG_SIZE || !use_segment_summary)
         return true;
     return map.segment_may_have_changed(segment.rel, segment.segno, state->since);
 }
@@ -166,6 +199,8 @@ void init_scan(PagemapScan* state, Lsn since)
     state->tupdesc = NULL;
     state->files = 0;
     state->pages = 0;
+    state->limited = RelSegment{RelFork{0, 0, 0, kDatabaseKeyFork}, 0, false}; /* matches no file */
+    state->limit_first = RELSEG_SIZE;
 }
 
 }  // namespace

@@ -1,24 +1,341 @@
 /*
- * wal_records.cpp -- see wal_records.h.  First cut: block references and the
- * visibility-map page of every heap block a heap record references.
+ * wal_records.cpp -- what one WAL record changed, for the WAL follower
+ * (capture_wal.cpp): every block it references is marked in the map, and the
+ * changes it makes without a block reference go to the limit table
+ * (ptrack/limit_table.h) or restart tracking (docs/design.md section 7).
+ * Everything is marked at record->EndRecPtr: a record that ends at or after
+ * L is listed by pagemapset(L), and no record ending before L changes
+ * anything a backup starting at L has not already seen.
+ *
+ * Written from the PostgreSQL 15 sources (redo routines in
+ * src/backend/access/heap/heapam.c, catalog/storage.c, access/transam/xact.c,
+ * commands/dbcommands.c, access/transam/xlog.c).  Per record kind, the rule
+ * and why it is complete:
+ *
+ * Block references (every record).  Every block id in use, 0 ..
+ * XLogRecMaxBlockId, through XLogRecGetBlockTagExtended, on whatever fork it
+ * names.  Nothing is skipped: the WAL only carries blocks of permanent
+ * relations and init forks, which are exactly what backups copy.  Redo
+ * changes a page only through a block reference of its record, except for
+ * the kinds below; that is the contract pg_rewind (parsexlog.c) relies on,
+ * and XLR_SPECIAL_REL_UPDATE marks the records that break it.
+ *
+ * Visibility map bits (RM_HEAP_ID, RM_HEAP2_ID).  Heap insert, multi-insert,
+ * delete, update (old and new page), lock and lock-updated clear the
+ * all-visible/all-frozen bits of a heap page in the VM (visibilitymap_clear,
+ * during the operation and in redo) without referencing the VM page.  Each
+ * such record references the heap page whose bits it clears, on the main
+ * fork.  Rule, conservative and simpler than reading each record's flags:
+ * for every heap/heap2 record, every main-fork block it references also
+ * marks the VM block holding that heap block's bits, heap block /
+ * kHeapBlocksPerVmPage.  Setting bits (XLOG_HEAP2_VISIBLE) references the VM
+ * page itself.  Cost: one extra mark per heap record, and at most one VM
+ * block (8 KB for 255 MB of heap) listed in excess per changed heap range.
+ *
+ * XLOG_SMGR_CREATE (flagged).  smgrcreate() of one fork of a relfilenode:
+ * limit 0 on that fork, so a reused relfilenode inherits none of the old
+ * file's blocks, whatever happened to the file in between.
+ *
+ * XLOG_SMGR_TRUNCATE (flagged; also written by contrib/pg_visibility's
+ * pg_truncate_visibility_map()).  Per its flags: SMGR_TRUNCATE_HEAP cuts the
+ * main fork to blkno blocks: limit blkno, so every block at or beyond the new
+ * length counts as changed from now on, including blocks later re-added by
+ * an extension that is never WAL-logged.  SMGR_TRUNCATE_VM: the VM block
+ * that holds heap block blkno's bits keeps only the bits before it, cleared
+ * in place without a block reference (visibilitymap_prepare_truncate), and
+ * the blocks after it are removed: limit blkno / kHeapBlocksPerVmPage.
+ * SMGR_TRUNCATE_FSM: FreeSpaceMapPrepareTruncateRel() rewrites FSM pages in
+ * place: limit 0 (FSM forks are listed whole anyway).  A fork that does not
+ * exist gets a limit nobody asks about; harmless.
+ *
+ * Relations dropped by XLOG_XACT_COMMIT, XLOG_XACT_ABORT,
+ * XLOG_XACT_COMMIT_PREPARED, XLOG_XACT_ABORT_PREPARED (flagged when they
+ * drop any).  xact_redo_commit/abort unlink every fork of each relfilenode
+ * listed (ParseCommitRecord/ParseAbortRecord): limit 0 on all four forks of
+ * each.  The two-phase variants carry the list of the prepared transaction.
+ * XLOG_XACT_PREPARE drops nothing: the files it will drop are listed again
+ * by the COMMIT PREPARED or ABORT PREPARED that drops them.  Subtransaction
+ * aborts write their own XLOG_XACT_ABORT.  Temporary relations never appear.
+ *
+ * XLOG_DBASE_CREATE_FILE_COPY (flagged; CREATE DATABASE ... STRATEGY
+ * FILE_COPY and ALTER DATABASE SET TABLESPACE): copydir() of a whole
+ * database directory, no block references: a database limit on the new
+ * directory (tablespace_id, db_id), every block of every file in it.
+ * XLOG_DBASE_CREATE_WAL_LOG (not flagged): creates the directory and its
+ * PG_VERSION; every relation is then created with XLOG_SMGR_CREATE and
+ * written with block references, but the database limit costs nothing more
+ * and covers the directory whatever it held before.  XLOG_DBASE_DROP
+ * (flagged; DROP DATABASE, and the old directory after ALTER DATABASE SET
+ * TABLESPACE): removes the directory in each tablespace listed: a database
+ * limit on each, so a database OID reused later inherits nothing.
+ *
+ * wal_level below replica (XLOG_PARAMETER_CHANGE).  Under wal_level =
+ * minimal, new relations are written without WAL (WAL skipping, pending
+ * syncs in storage.c), so the WAL cannot tell their blocks: tracking
+ * restarts.  The server logs XLOG_PARAMETER_CHANGE at startup whenever
+ * wal_level differs from pg_control's (XLogReportParameters), so a run under
+ * minimal always begins with one.  Checkpoint records do not carry wal_level
+ * in PostgreSQL 15 (CheckPoint has no such field before 17), so they cannot
+ * add anything.
+ *
+ * Any other record with XLR_SPECIAL_REL_UPDATE: tracking restarts, naming the
+ * resource manager and the record.  In PostgreSQL 15 exactly these records
+ * set the flag, all handled above:
+ *   XLOG_SMGR_CREATE        storage.c log_smgrcreate(): a fork file created
+ *   XLOG_SMGR_TRUNCATE      storage.c RelationTruncate(), pg_visibility.c
+ *                           pg_truncate_visibility_map(): forks truncated
+ *   XLOG_XACT_COMMIT[_PREPARED], XLOG_XACT_ABORT[_PREPARED]
+ *                           xact.c XactLogCommitRecord()/XactLogAbortRecord()
+ *                           when nrels > 0: relation files unlinked
+ *   XLOG_DBASE_CREATE_FILE_COPY  dbcommands.c CreateDatabaseUsingFileCopy(),
+ *                           movedb(): a database directory copied
+ *   XLOG_DBASE_DROP         dbcommands.c dropdb(), movedb(),
+ *                           remove_dbtablespaces(): database directories removed
+ * so the rule only fires for a custom resource manager or a later server
+ * that adds one: never guessed.  A custom resource manager's block
+ * references are marked like any other.
+ *
+ * What this file cannot see: relation extension that is never WAL-logged
+ * (bulk extension, hash bucket allocation, the VM and FSM growing); that
+ * needs the files' lengths, not the WAL (docs/design.md section 7).
+ *
+ * Called once per record, in the follower only; allocates nothing, raises
+ * no ERROR, owns no C++ object with a destructor.
  */
 extern "C" {
 #include "postgres.h"
 
+#include <stdarg.h>
+
 #include "access/rmgr.h"
+#include "access/visibilitymapdefs.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "access/xlogreader.h"
+#include "access/xlogrecord.h"
+#include "catalog/pg_control.h"
+#include "catalog/storage_xlog.h"
+#include "commands/dbcommands_xlog.h"
 #include "common/relpath.h"
 #include "storage/bufpage.h"
 }
 
 #include "capture.h"
+#include "file_growth.h"
+#include "wal_records.h"
 
 namespace ptrack::pg {
 
 namespace {
 
-/* Heap blocks whose visibility bits one VM page holds: 2 bits per heap block (visibilitymap.c). */
-constexpr BlockNumber kHeapBlocksPerVmPage = (BLCKSZ - MAXALIGN(SizeOfPageHeaderData)) * 4;
+/*
+ * Heap blocks whose bits one VM page holds, as HEAPBLOCKS_PER_PAGE in
+ * visibilitymap.c (private there): the page's contents after its
+ * MAXALIGN'ed header, BITS_PER_HEAPBLOCK bits per heap block.  32672 for
+ * 8 KB blocks.
+ */
+constexpr BlockNumber kHeapBlocksPerVmPage =
+    static_cast<BlockNumber>((BLCKSZ - MAXALIGN(SizeOfPageHeaderData)) * (BITS_PER_BYTE / BITS_PER_HEAPBLOCK));
+static_assert(BLCKSZ != 8192 || kHeapBlocksPerVmPage == 32672, "HEAPBLOCKS_PER_PAGE of visibilitymap.c");
+
+/* The reason returned to the follower: valid until the next call. */
+char reason_text[256];
+
+const char* reason(const char* format, ...) pg_attribute_printf(1, 2);
+
+const char* reason(const char* format, ...)
+{
+    va_list args;
+    va_start(args, format);
+    vsnprintf(reason_text, sizeof(reason_text), format, args);
+    va_end(args);
+    return reason_text;
+}
+
+/* "heap2/VISIBLE (info 0x40)" for a reason text. */
+const char* record_kind(XLogReaderState* record, char* out, size_t size)
+{
+    const RmgrId rmid = XLogRecGetRmid(record);
+    const uint8 info = XLogRecGetInfo(record);
+    const char* rmgr = RmgrIdExists(rmid) ? RmgrTable[rmid].rm_name : nullptr;
+    const char* id = rmgr != nullptr && RmgrTable[rmid].rm_identify != nullptr
+                         ? RmgrTable[rmid].rm_identify(info)
+                         : nullptr;
+    if (rmgr == nullptr)
+        snprintf(out, size, "resource manager %d, info 0x%02X", static_cast<int>(rmid), info);
+    else
+        snprintf(out, size, "%s/%s (info 0x%02X)", rmgr, id != nullptr ? id : "UNKNOWN", info);
+    return out;
+}
+
+const char* malformed(XLogReaderState* record)
+{
+    char kind[96];
+    return reason("WAL record %s at %X/%X is shorter than its kind requires", record_kind(record, kind, sizeof(kind)),
+                  PTRACK_LSN_ARGS(record->ReadRecPtr));
+}
+
+/* Copies the record's fixed-size main data into *out; false if the record is shorter. */
+template <typename T>
+bool main_data(XLogReaderState* record, T* out)
+{
+    if (XLogRecGetDataLen(record) < sizeof(T))
+        return false;
+    memcpy(out, XLogRecGetData(record), sizeof(T));
+    return true;
+}
+
+inline RelFork rel_fork(const RelFileNode& node, int fork)
+{
+    return RelFork{node.spcNode, node.dbNode, node.relNode, static_cast<uint8_t>(fork)};
+}
+
+void mark_block_references(XLogReaderState* record, Lsn lsn, bool heap)
+{
+    for (int block_id = 0; block_id <= XLogRecMaxBlockId(record); ++block_id) {
+        RelFileNode node;
+        ForkNumber fork;
+        BlockNumber block;
+        if (!XLogRecGetBlockTagExtended(record, static_cast<uint8>(block_id), &node, &fork, &block, NULL))
+            continue;
+        capture_block_at(rel_fork(node, fork), block, lsn);
+        /* The file had this block before the record: date the extension of those before it. */
+        growth_block_referenced(rel_fork(node, fork), block, lsn);
+        if (heap && fork == MAIN_FORKNUM)
+            capture_block_at(rel_fork(node, VISIBILITYMAP_FORKNUM), block / kHeapBlocksPerVmPage, lsn);
+    }
+}
+
+void drop_relations(const RelFileNode* nodes, int count, Lsn lsn)
+{
+    for (int i = 0; i < count; ++i)
+        for (int fork = 0; fork <= MAX_FORKNUM; ++fork)
+            capture_limit(rel_fork(nodes[i], fork), 0, lsn);
+}
+
+/*
+ * Each apply_* handles one resource manager's records that change files
+ * without block references.  Returns true if it knows the record (it may set
+ * *why to restart tracking), false if the record is not one it handles.
+ */
+
+bool apply_smgr(XLogReaderState* record, Lsn lsn, const char** why)
+{
+    const uint8 info = XLogRecGetInfo(record) & XLR_RMGR_INFO_MASK;
+    if (info == XLOG_SMGR_CREATE) {
+        xl_smgr_create xlrec;
+        if (!main_data(record, &xlrec) || xlrec.forkNum < 0 || xlrec.forkNum > MAX_FORKNUM)
+            *why = malformed(record);
+        else
+            capture_limit(rel_fork(xlrec.rnode, xlrec.forkNum), 0, lsn);
+        return true;
+    }
+    if (info == XLOG_SMGR_TRUNCATE) {
+        xl_smgr_truncate xlrec;
+        if (!main_data(record, &xlrec)) {
+            *why = malformed(record);
+            return true;
+        }
+        if (xlrec.flags & SMGR_TRUNCATE_HEAP)
+            capture_limit(rel_fork(xlrec.rnode, MAIN_FORKNUM), xlrec.blkno, lsn);
+        if (xlrec.flags & SMGR_TRUNCATE_VM)
+            capture_limit(rel_fork(xlrec.rnode, VISIBILITYMAP_FORKNUM), xlrec.blkno / kHeapBlocksPerVmPage, lsn);
+        if (xlrec.flags & SMGR_TRUNCATE_FSM)
+            capture_limit(rel_fork(xlrec.rnode, FSM_FORKNUM), 0, lsn);
+        if (xlrec.flags & ~SMGR_TRUNCATE_ALL) {
+            char kind[96];
+            *why = reason("WAL record %s at %X/%X has unknown truncation flags 0x%X",
+                          record_kind(record, kind, sizeof(kind)), PTRACK_LSN_ARGS(record->ReadRecPtr),
+                          static_cast<unsigned>(xlrec.flags));
+        }
+        return true;
+    }
+    return false;
+}
+
+bool apply_xact(XLogReaderState* record, Lsn lsn, const char** why)
+{
+    const uint8 info = XLogRecGetInfo(record) & XLOG_XACT_OPMASK;
+    if (info == XLOG_XACT_COMMIT || info == XLOG_XACT_COMMIT_PREPARED) {
+        if (XLogRecGetDataLen(record) < sizeof(xl_xact_commit)) {
+            *why = malformed(record);
+            return true;
+        }
+        xl_xact_parsed_commit parsed;
+        ParseCommitRecord(XLogRecGetInfo(record), reinterpret_cast<xl_xact_commit*>(XLogRecGetData(record)),
+                          &parsed);
+        drop_relations(parsed.xnodes, parsed.nrels, lsn);
+        return true;
+    }
+    if (info == XLOG_XACT_ABORT || info == XLOG_XACT_ABORT_PREPARED) {
+        if (XLogRecGetDataLen(record) < sizeof(xl_xact_abort)) {
+            *why = malformed(record);
+            return true;
+        }
+        xl_xact_parsed_abort parsed;
+        ParseAbortRecord(XLogRecGetInfo(record), reinterpret_cast<xl_xact_abort*>(XLogRecGetData(record)), &parsed);
+        drop_relations(parsed.xnodes, parsed.nrels, lsn);
+        return true;
+    }
+    return false;
+}
+
+/* Both CREATE DATABASE records begin with the new directory's database and tablespace. */
+static_assert(offsetof(xl_dbase_create_file_copy_rec, db_id) == offsetof(xl_dbase_create_wal_log_rec, db_id) &&
+                  offsetof(xl_dbase_create_file_copy_rec, tablespace_id) ==
+                      offsetof(xl_dbase_create_wal_log_rec, tablespace_id),
+              "xl_dbase_create_wal_log_rec is a prefix of xl_dbase_create_file_copy_rec");
+
+bool apply_dbase(XLogReaderState* record, Lsn lsn, const char** why)
+{
+    const uint8 info = XLogRecGetInfo(record) & XLR_RMGR_INFO_MASK;
+    if (info == XLOG_DBASE_CREATE_FILE_COPY || info == XLOG_DBASE_CREATE_WAL_LOG) {
+        xl_dbase_create_wal_log_rec created;
+        if (!main_data(record, &created))
+            *why = malformed(record);
+        else
+            capture_database(created.tablespace_id, created.db_id, lsn);
+        return true;
+    }
+    if (info == XLOG_DBASE_DROP) {
+        const uint32 length = XLogRecGetDataLen(record);
+        xl_dbase_drop_rec head;
+        if (length < MinSizeOfDbaseDropRec) {
+            *why = malformed(record);
+            return true;
+        }
+        memcpy(&head, XLogRecGetData(record), MinSizeOfDbaseDropRec);
+        if (head.ntablespaces < 0 ||
+            length < MinSizeOfDbaseDropRec + static_cast<uint64>(head.ntablespaces) * sizeof(Oid)) {
+            *why = malformed(record);
+            return true;
+        }
+        const char* ids = XLogRecGetData(record) + MinSizeOfDbaseDropRec;
+        for (int i = 0; i < head.ntablespaces; ++i) {
+            Oid spc;
+            memcpy(&spc, ids + i * sizeof(Oid), sizeof(Oid));
+            capture_database(spc, head.db_id, lsn);
+        }
+        return true;
+    }
+    return false;
+}
+
+bool apply_xlog(XLogReaderState* record, const char** why)
+{
+    const uint8 info = XLogRecGetInfo(record) & XLR_RMGR_INFO_MASK;
+    if (info != XLOG_PARAMETER_CHANGE)
+        return false;
+    xl_parameter_change xlrec;
+    if (!main_data(record, &xlrec))
+        *why = malformed(record);
+    else if (xlrec.wal_level < WAL_LEVEL_REPLICA)
+        *why = reason("the server ran with wal_level = minimal (parameter change at %X/%X), which writes new "
+                      "relations without WAL",
+                      PTRACK_LSN_ARGS(record->ReadRecPtr));
+    return true;
+}
 
 }  // namespace
 
@@ -26,19 +343,23 @@ const char* capture_wal_record(XLogReaderState* record)
 {
     const Lsn lsn = record->EndRecPtr;
     const RmgrId rmid = XLogRecGetRmid(record);
-    const bool heap = rmid == RM_HEAP_ID || rmid == RM_HEAP2_ID;
-    for (int block_id = 0; block_id <= XLogRecMaxBlockId(record); ++block_id) {
-        RelFileNode rnode;
-        ForkNumber fork;
-        BlockNumber block;
-        if (!XLogRecGetBlockTagExtended(record, static_cast<uint8>(block_id), &rnode, &fork, &block, NULL))
-            continue;
-        const RelFork rel{rnode.spcNode, rnode.dbNode, rnode.relNode, static_cast<uint8_t>(fork)};
-        capture_block_at(rel, block, lsn);
-        if (heap && fork == MAIN_FORKNUM) {
-            const RelFork vm{rnode.spcNode, rnode.dbNode, rnode.relNode, static_cast<uint8_t>(VISIBILITYMAP_FORKNUM)};
-            capture_block_at(vm, block / kHeapBlocksPerVmPage, lsn);
-        }
+    mark_block_references(record, lsn, rmid == RM_HEAP_ID || rmid == RM_HEAP2_ID);
+
+    const char* why = nullptr;
+    bool known = false;
+    switch (rmid) {
+    case RM_SMGR_ID: known = apply_smgr(record, lsn, &why); break;
+    case RM_XACT_ID: known = apply_xact(record, lsn, &why); break;
+    case RM_DBASE_ID: known = apply_dbase(record, lsn, &why); break;
+    case RM_XLOG_ID: known = apply_xlog(record, &why); break;
+    default: break;
+    }
+    if (why != nullptr)
+        return why;
+    if (!known && (XLogRecGetInfo(record) & XLR_SPECIAL_REL_UPDATE)) {
+        char kind[96];
+        return reason("WAL record %s at %X/%X changes relation files in a way ptrack does not know",
+                      record_kind(record, kind, sizeof(kind)), PTRACK_LSN_ARGS(record->ReadRecPtr));
     }
     return nullptr;
 }

@@ -21,26 +21,16 @@
 #include <cstring>
 #include <vector>
 
+#include "crc32c_oracle.h"
 #include "map_fixture.h"
 #include "ptrack/map_delta.h"
 #include "ptrack/map_file.h"
 
 using namespace ptrack;
+using ptrack_test::bitwise_crc32c;
 using ptrack_test::OwnedMap;
 
 namespace {
-
-uint32_t bitwise_crc32c(const void* data, size_t len)
-{
-    const auto* p = static_cast<const uint8_t*>(data);
-    uint32_t crc = 0xFFFFFFFFu;
-    for (size_t i = 0; i < len; ++i) {
-        crc ^= p[i];
-        for (int k = 0; k < 8; ++k)
-            crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
-    }
-    return ~crc;
-}
 
 MapFileHeader sample_header()
 {

@@ -8,6 +8,10 @@
  *   else; pagemap_test reads it back and reads blocks past `length` as unset;
  * - pagemap_set_all sets exactly [0, nblocks), including a partial last
  *   byte, and never writes past pagemap_bytes(nblocks);
+ * - pagemap_set_from sets exactly [first, nblocks) on top of what is set,
+ *   counts only the bits it added, and never writes past
+ *   pagemap_bytes(nblocks) (every first/nblocks pair up to 40 blocks, against
+ *   a per-bit reference);
  * - pagemap_trimmed_length stops after the last non-zero byte;
  * - pagemap_count counts set bits within `length` only.
  */
@@ -24,6 +28,7 @@ using ptrack::pagemap_bytes;
 using ptrack::pagemap_count;
 using ptrack::pagemap_set;
 using ptrack::pagemap_set_all;
+using ptrack::pagemap_set_from;
 using ptrack::pagemap_test;
 using ptrack::pagemap_trimmed_length;
 
@@ -125,6 +130,41 @@ TEST(Pagemap, SetAll)
     EXPECT_EQ(pagemap_set_all(full.data(), 131072), 131072u);
     EXPECT_EQ(pagemap_count(full.data(), 16384), 131072u);
     EXPECT_EQ(full[16384], 0);
+}
+
+TEST(Pagemap, SetFrom)
+{
+    std::mt19937 rng(5);
+    for (uint32_t nblocks = 0; nblocks <= 40; ++nblocks)
+        for (uint32_t first = 0; first <= nblocks + 9; ++first)
+            for (int pattern = 0; pattern < 4; ++pattern) {
+                /* Some bits set beforehand, and a guard byte past the bitmap. */
+                const size_t bytes = pagemap_bytes(nblocks);
+                std::vector<uint8_t> pm(bytes + 1, 0);
+                std::set<uint32_t> before;
+                for (uint32_t b = 0; b < nblocks; ++b)
+                    if (pattern != 0 && rng() % (pattern + 1) == 0) {
+                        pagemap_set(pm.data(), b);
+                        before.insert(b);
+                    }
+                pm[bytes] = 0x5A;
+                uint32_t expected_added = 0;
+                for (uint32_t b = first; b < nblocks; ++b)
+                    expected_added += before.count(b) == 0;
+                EXPECT_EQ(pagemap_set_from(pm.data(), first, nblocks), expected_added)
+                    << "first " << first << " nblocks " << nblocks << " pattern " << pattern;
+                for (uint32_t b = 0; b < 8 * bytes; ++b) {
+                    const bool want = b < nblocks && (b >= first || before.count(b) != 0);
+                    ASSERT_EQ(pagemap_test(pm.data(), bytes, b), want)
+                        << "block " << b << " first " << first << " nblocks " << nblocks << " pattern " << pattern;
+                }
+                ASSERT_EQ(pm[bytes], 0x5A) << "wrote past the bitmap: first " << first << " nblocks " << nblocks;
+            }
+    /* A whole segment from block 5: 131067 bits. */
+    std::vector<uint8_t> full(pagemap_bytes(131072), 0);
+    EXPECT_EQ(pagemap_set_from(full.data(), 5, 131072), 131067u);
+    EXPECT_EQ(full[0], 0xE0);
+    EXPECT_EQ(full.back(), 0xFF);
 }
 
 TEST(Pagemap, TrimmedLength)

@@ -1,0 +1,119 @@
+/*
+ * limits_file.cpp -- see limits_file.h.
+ */
+extern "C" {
+#include "postgres.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "access/xlog.h"
+#include "storage/fd.h"
+#include "utils/memutils.h"
+}
+
+#include "limits_file.h"
+#include "map_io.h"
+#include "ptrack/limit_file.h"
+#include "shared_state.h"
+
+namespace ptrack::pg {
+
+namespace {
+
+/* The writer's encoding buffer, allocated on its first save (under 1 MB). */
+uint8_t* save_buffer = nullptr;
+
+void warn_save_failed(const char* what)
+{
+    ereport(WARNING, (errcode_for_file_access(),
+                      errmsg("ptrack could not save its limit table: could not %s file \"%s\": %m", what,
+                             kLimitTempFileName),
+                      errdetail("The table in memory is intact; the map is not saved either until a later save "
+                                "succeeds."),
+                      errhint("Check the permissions and free space of the data directory.")));
+}
+
+}  // namespace
+
+bool save_limits(Lsn covered_lsn)
+{
+    if (!limits.attached())
+        return false;
+    const size_t capacity = limit_file_max_bytes(limits.bucket_count());
+    if (save_buffer == nullptr) {
+        save_buffer = static_cast<uint8_t*>(
+            MemoryContextAllocExtended(TopMemoryContext, capacity, MCXT_ALLOC_NO_OOM));
+        if (save_buffer == nullptr) {
+            ereport(WARNING, (errcode(ERRCODE_OUT_OF_MEMORY),
+                              errmsg("ptrack could not save its limit table: out of memory")));
+            return false;
+        }
+    }
+    const size_t bytes = limit_file_encode(limits, GetSystemIdentifier(), covered_lsn, crc32c, save_buffer);
+    if (bytes == 0) {
+        /* Only another process than the writer can fail to read a bucket: a misuse, but never a bad file. */
+        ereport(WARNING, (errmsg("ptrack could not save its limit table: a bucket could not be read consistently")));
+        return false;
+    }
+    const int fd = OpenTransientFile(kLimitTempFileName, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
+    if (fd < 0) {
+        warn_save_failed("create");
+        return false;
+    }
+    bool ok = write_at(fd, save_buffer, bytes, 0);
+    if (!ok)
+        warn_save_failed("write");
+    else if (pg_fsync(fd) != 0) {
+        warn_save_failed("fsync");
+        ok = false;
+    }
+    if (CloseTransientFile(fd) != 0 && ok) {
+        warn_save_failed("close");
+        ok = false;
+    }
+    /* durable_rename fsyncs the new name and the directory, and logs its own WARNING. */
+    return ok && durable_rename(kLimitTempFileName, kLimitFileName, WARNING) == 0;
+}
+
+const char* load_limits(uint64_t system_identifier, Lsn* covered_lsn)
+{
+    if (!limits.attached())
+        return "change tracking is off";
+    (void) unlink(kLimitTempFileName); /* a save that never completed */
+    const int fd = OpenTransientFile(kLimitFileName, O_RDONLY | PG_BINARY);
+    if (fd < 0)
+        return errno == ENOENT ? "it does not exist" : "it could not be opened";
+    struct stat st;
+    const char* reason = nullptr;
+    uint8_t* buffer = nullptr;
+    const size_t capacity = limit_file_max_bytes(limits.bucket_count());
+    if (fstat(fd, &st) != 0)
+        reason = "it could not be read";
+    else if (static_cast<uint64_t>(st.st_size) > capacity)
+        reason = "it is larger than any limits file of this table size";
+    else if ((buffer = static_cast<uint8_t*>(MemoryContextAllocExtended(CurrentMemoryContext, capacity,
+                                                                        MCXT_ALLOC_NO_OOM))) == nullptr)
+        reason = "there was not enough memory to read it";
+    else if (!read_at(fd, buffer, static_cast<size_t>(st.st_size), 0))
+        reason = "it could not be read";
+    else {
+        const LimitFileStatus status = limit_file_decode(buffer, static_cast<size_t>(st.st_size), system_identifier,
+                                                         crc32c, &limits, covered_lsn);
+        if (status != LimitFileStatus::kOk)
+            reason = describe_limit_file_status(status);
+    }
+    if (buffer != nullptr)
+        pfree(buffer);
+    CloseTransientFile(fd);
+    return reason;
+}
+
+void remove_limits_files()
+{
+    remove_file_if_exists(kLimitTempFileName, DEBUG1);
+    remove_file_if_exists(kLimitFileName, LOG);
+}
+
+}  // namespace ptrack::pg
