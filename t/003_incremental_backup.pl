@@ -25,7 +25,17 @@
 #     the backup), which must not break the backup and are not compared.
 # Besides the end-to-end comparison, the backup checks ptrack directly:
 # every block a file gained after L0 (so every block of a file created after
-# L0) must be listed (PtrackBackup's unmarked_new_blocks).
+# L0) must be listed (PtrackBackup's unmarked_new_blocks), and every row must
+# name a permanent relation file (unknown_pagemap_paths).
+#
+# The backup lists the data directory before it asks ptrack, and autovacuum
+# runs meanwhile: the first VACUUM of a table created or rewritten after L0
+# (trunc_me, parted_2, branch_mv, ...) creates its _vm and often its _fsm
+# fork, which ptrack rightly lists although the listing does not have them.
+# That once failed the row check with 2 unknown paths; the check now looks
+# such paths up again after the query.  The race is forced here on every
+# run: a table without a _vm or _fsm fork is vacuumed between the listing and
+# the query.
 
 use strict;
 use warnings;
@@ -173,6 +183,17 @@ my $seg1_updated = $node->safe_psql('postgres',
 	"SELECT count(*) FROM big WHERE v = 1 AND (ctid::text::point)[0] >= 131072");
 ok($seg1_updated > 0, "updated rows live in segment .1 ($seg1_updated)");
 
+# Vacuumed between the backup's listing and its query (see the header).
+$node->safe_psql('postgres', q{
+CREATE TABLE late_forks (id int, t text) WITH (autovacuum_enabled = off);
+INSERT INTO late_forks SELECT i, md5(i::text) FROM generate_series(1, 10) i;
+});
+my $late_path =
+  $node->safe_psql('postgres', "SELECT pg_relation_filepath('late_forks')");
+my @late_forks = ("${late_path}_fsm", "${late_path}_vm");
+is(join(' ', grep { -e $node->data_dir . "/$_" } @late_forks), '',
+	"late_forks has no _fsm or _vm fork yet ($late_path)");
+
 # A temporary table, held open in a session across the backup.
 my $temp_session = $node->background_psql('postgres');
 $temp_session->query_safe(
@@ -180,7 +201,8 @@ $temp_session->query_safe(
 
 # ---- incremental since L0, restore, compare ---------------------------------
 
-my $st = incremental_backup($node, "$backups/incr", $l0, "$backups/full");
+my $st = incremental_backup($node, "$backups/incr", $l0, "$backups/full",
+	after_listing => sub { $node->safe_psql('postgres', 'VACUUM late_forks') });
 $temp_session->quit;
 note sprintf(
 	"incremental %s..%s: %d files, %d delta files, %d changed pages, "
@@ -196,9 +218,13 @@ note sprintf(
 
 cmp_ok($st->{bytes_copied}, '<', $st->{db_bytes} / 2,
 	'the incremental copied less than half of the database');
-is($st->{pagecount_mismatch}, 0, 'every pagecount matches its pagemap');
+is($st->{pagecount_mismatch}, 0, 'every pagecount matches its pagemap')
+  or diag join "\n", @{ $st->{pagecount_examples} };
+is(join(' ', grep { !$st->{pagemap}{$_} } @late_forks), '',
+	'pagemapset lists the forks VACUUM created after the listing');
 is($st->{unknown_pagemap_paths}, 0,
-	'every pagemapset row names a listed permanent relation file');
+	'every pagemapset row names a permanent relation file')
+  or diag join "\n", @{ $st->{unknown_examples} };
 is($st->{unmarked_new_blocks}, 0,
 	'every block added after L0 is listed by ptrack')
   or diag "unlisted: @{ $st->{unmarked_examples} }";

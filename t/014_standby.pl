@@ -212,9 +212,11 @@ sub check_incremental
 		$st->{changed_pages}, $st->{whole_files}, $st->{whole_bytes},
 		$st->{bytes_copied}, $st->{db_bytes}, $st->{wal_segments},
 		$st->{old_lsn_pages});
-	is($st->{pagecount_mismatch}, 0, "$name: every pagecount matches its pagemap");
+	is($st->{pagecount_mismatch}, 0, "$name: every pagecount matches its pagemap")
+	  or diag join "\n", @{ $st->{pagecount_examples} };
 	is($st->{unknown_pagemap_paths}, 0,
-		"$name: every pagemapset row names a permanent relation file");
+		"$name: every pagemapset row names a permanent relation file")
+	  or diag join "\n", @{ $st->{unknown_examples} };
 	is($st->{unmarked_new_blocks}, 0,
 		"$name: every block added since the previous backup is listed")
 	  or diag "unlisted: @{ $st->{unmarked_examples} }";
