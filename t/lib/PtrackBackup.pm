@@ -603,8 +603,13 @@ sub incremental_backup
 		if ($set != $count)
 		{
 			$st{pagecount_mismatch}++;
+			my @first;
+			my $blk = -1;
+			push @first, $blk
+			  while @first < 10 && ($blk = index($b, '1', $blk + 1)) >= 0;
 			push @{ $st{pagecount_examples} },
-			  "$path: pagecount $count, $set bits set in pagemap $hex"
+			  "$path: pagecount $count, $set bits set in its pagemap"
+			  . (@first ? " (blocks @first" . ($set > 10 ? ' ...)' : ')') : '')
 			  if @{ $st{pagecount_examples} } < 10;
 		}
 		$st{pagemap_rows}++;
