@@ -560,7 +560,7 @@ sub listed_ok
 				  . ($_->{unlogged} ? ', unlogged' : '') . ')'
 			} @on_disk)
 		  : 'no relation file on disk matches';
-		# The rows of the directories of those files, or of any file at all.
+		# What ptrack did list next to the files it was expected to list.
 		my %dirs = map { $_->{dir} => 1 } @on_disk;
 		my @near = grep { m{^(.*)/} && $dirs{$1} } @paths;
 		push @diag, 'rows in the same directories: ' . (@near ? _first_few(@near) : 'none')
@@ -581,8 +581,8 @@ that a row keeps its block: the heap blocks whose rows differ, one line each
 (the first 20, then how many more):
 
   postgres.big: base/5/16385.1 block 3000 (relation block 134072): source
-  2 rows, restored 2 rows, different; page LSN on disk: source 0/5A1B2C8,
-  restored 0/3001000; listed by ptrack_get_pagemapset(0/3000028) now: no
+  1 rows, restored 1 rows; page LSN on disk: source 0/5A1B2C8, restored
+  0/3001000; listed by ptrack_get_pagemapset(0/3000028) now: no
 
 With C<since =E<gt> L>, asks ptrack_get_pagemapset(L) (on C<tracked>, default
 $src) whether it lists each block now.  For a diag() after a failed
