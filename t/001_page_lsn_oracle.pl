@@ -28,7 +28,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackOracle qw(block_counts lsn_to_int no_misses_ok relation_files);
+use PtrackOracle qw(block_counts listed_ok lsn_to_int no_misses_ok relation_files);
 
 my $node = PostgreSQL::Test::Cluster->new('page_lsn_oracle');
 $node->init;
@@ -162,12 +162,14 @@ cmp_ok($stats->{at_or_after}, '>', 1000,
 cmp_ok($stats->{extended}, '>', 1000,
 	"L = ptrack_init_lsn(): the oracle saw many blocks extended after L ($stats->{extended})");
 my $map = $stats->{pagemapset};
-ok((grep { m{^pg_tblspc/\d+/PG_15_\d+/\d+/\d+} } keys %$map),
-	'L = ptrack_init_lsn(): files in tablespace ts1 are listed');
+listed_ok($map, qr{^pg_tblspc/\d+/PG_15_\d+/\d+/\d+},
+	'L = ptrack_init_lsn(): files in tablespace ts1 are listed',
+	pgdata => $node->data_dir);
 my ($file_copy_db) = $node->safe_psql('postgres',
 	"SELECT oid FROM pg_database WHERE datname = 'db_file_copy'");
-ok((grep { m{^base/$file_copy_db/} } keys %$map),
-	'L = ptrack_init_lsn(): files of the FILE_COPY database are listed');
+listed_ok($map, qr{^base/$file_copy_db/},
+	'L = ptrack_init_lsn(): files of the FILE_COPY database are listed',
+	pgdata => $node->data_dir);
 check_rows($map, 'L = ptrack_init_lsn()');
 
 # ---------------------------------------------------------------------------

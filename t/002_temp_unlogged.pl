@@ -220,7 +220,8 @@ foreach my $rel (qw(ul ul_id ul_seq))
 my @expected_on_disk = ($ul, "${ul}_fsm", "${ul}_vm", $path_of{ul_id}, $path_of{ul_seq});
 my %on_disk = map { $_ => 1 } @unlogged_forks;
 is(scalar(grep { $on_disk{$_} } @expected_on_disk), scalar @expected_on_disk,
-	'unlogged main/fsm/vm files found on disk: ' . join(', ', sort @unlogged_forks));
+	'unlogged main/fsm/vm files found on disk: ' . join(', ', sort @unlogged_forks))
+  or diag('not on disk: ' . first_few(grep { !$on_disk{$_} } @expected_on_disk));
 my @unlogged_listed = grep { $map->{$_} } sort @unlogged_forks;
 is(scalar @unlogged_listed, 0, 'main, FSM and VM forks of unlogged relations are not listed')
   or diag(first_few(@unlogged_listed));
@@ -242,9 +243,15 @@ my $reg_listed = $map->{$reg} ? scalar @{ $map->{$reg}{blocks} } : 0;
 my %reg_bits = $map->{$reg} ? (map { $_ => 1 } @{ $map->{$reg}{blocks} }) : ();
 my $reg_covered = grep { $reg_bits{$_} } 0 .. $reg_blocks - 1;
 is($reg_covered, $reg_blocks,
-	"control: every block of the permanent table created after L is listed ($reg_covered of $reg_blocks)");
-ok($map->{"${reg}_fsm"} && $map->{"${reg}_vm"},
-	'control: the permanent table FSM and VM forks are listed');
+	"control: every block of the permanent table created after L is listed ($reg_covered of $reg_blocks)")
+  or diag("$reg: blocks not listed: "
+	  . first_few(grep { !$reg_bits{$_} } 0 .. $reg_blocks - 1));
+foreach my $fork ('fsm', 'vm')
+{
+	my $p = "${reg}_$fork";
+	ok($map->{$p}, "control: the permanent table's \U$fork\E fork $p is listed")
+	  or diag("$p: " . ($files{$p} ? "$files{$p}{nblocks} blocks on disk" : 'not on disk'));
+}
 
 # Temporary tables are still open: check once more with everything written.
 check_no_temp('after the unlogged workload');

@@ -25,7 +25,17 @@
 #     the backup), which must not break the backup and are not compared.
 # Besides the end-to-end comparison, the backup checks ptrack directly:
 # every block a file gained after L0 (so every block of a file created after
-# L0) must be listed (PtrackBackup's unmarked_new_blocks).
+# L0) must be listed (PtrackBackup's unmarked_new_blocks), and every row must
+# name a permanent relation file (unknown_pagemap_paths).
+#
+# The backup lists the data directory before it asks ptrack, and autovacuum
+# runs meanwhile: the first VACUUM of a table created or rewritten after L0
+# (trunc_me, parted_2, branch_mv, ...) creates its _vm and often its _fsm
+# fork, which ptrack rightly lists although the listing does not have them.
+# That once failed the row check with 2 unknown paths; the check now looks
+# such paths up again after the query.  The race is forced here on every
+# run: a table without a _vm or _fsm fork is vacuumed between the listing and
+# the query.
 
 use strict;
 use warnings;
@@ -39,6 +49,7 @@ use Test::More;
 
 use PtrackBackup
   qw(full_backup incremental_backup restore compare_clusters);
+use PtrackOracle qw(listed_ok mismatch_blocks);
 
 my $node = PostgreSQL::Test::Cluster->new('incr_src');
 $node->init(allows_streaming => 1);
@@ -173,6 +184,17 @@ my $seg1_updated = $node->safe_psql('postgres',
 	"SELECT count(*) FROM big WHERE v = 1 AND (ctid::text::point)[0] >= 131072");
 ok($seg1_updated > 0, "updated rows live in segment .1 ($seg1_updated)");
 
+# Vacuumed between the backup's listing and its query (see the header).
+$node->safe_psql('postgres', q{
+CREATE TABLE late_forks (id int, t text) WITH (autovacuum_enabled = off);
+INSERT INTO late_forks SELECT i, md5(i::text) FROM generate_series(1, 10) i;
+});
+my $late_path =
+  $node->safe_psql('postgres', "SELECT pg_relation_filepath('late_forks')");
+my @late_forks = ("${late_path}_fsm", "${late_path}_vm");
+is(join(' ', grep { -e $node->data_dir . "/$_" } @late_forks), '',
+	"late_forks has no _fsm or _vm fork yet ($late_path)");
+
 # A temporary table, held open in a session across the backup.
 my $temp_session = $node->background_psql('postgres');
 $temp_session->query_safe(
@@ -180,7 +202,8 @@ $temp_session->query_safe(
 
 # ---- incremental since L0, restore, compare ---------------------------------
 
-my $st = incremental_backup($node, "$backups/incr", $l0, "$backups/full");
+my $st = incremental_backup($node, "$backups/incr", $l0, "$backups/full",
+	after_listing => sub { $node->safe_psql('postgres', 'VACUUM late_forks') });
 $temp_session->quit;
 note sprintf(
 	"incremental %s..%s: %d files, %d delta files, %d changed pages, "
@@ -196,20 +219,28 @@ note sprintf(
 
 cmp_ok($st->{bytes_copied}, '<', $st->{db_bytes} / 2,
 	'the incremental copied less than half of the database');
-is($st->{pagecount_mismatch}, 0, 'every pagecount matches its pagemap');
+is($st->{pagecount_mismatch}, 0, 'every pagecount matches its pagemap')
+  or diag join "\n", @{ $st->{pagecount_examples} };
+is(join(' ', grep { !$st->{pagemap}{$_} } @late_forks), '',
+	'pagemapset lists the forks VACUUM created after the listing');
 is($st->{unknown_pagemap_paths}, 0,
-	'every pagemapset row names a listed permanent relation file');
+	'every pagemapset row names a permanent relation file')
+  or diag join "\n", @{ $st->{unknown_examples} };
 is($st->{unmarked_new_blocks}, 0,
 	'every block added after L0 is listed by ptrack')
   or diag "unlisted: @{ $st->{unmarked_examples} }";
-ok($st->{pagemap}{"$big_path.1"}, "pagemapset lists $big_path.1");
-ok($st->{pagemap}{$big_path}, "pagemapset lists $big_path");
+my $pgdata = $node->data_dir;
+listed_ok($st->{pagemap}, qr{^\Q$big_path\E\.1$}, "pagemapset lists $big_path.1",
+	pgdata => $pgdata);
+listed_ok($st->{pagemap}, qr{^\Q$big_path\E$}, "pagemapset lists $big_path",
+	pgdata => $pgdata);
 my $db2_oid =
   $node->safe_psql('postgres', "SELECT oid FROM pg_database WHERE datname = 'db2'");
-ok((grep { m{^base/$db2_oid/} } keys %{ $st->{pagemap} }),
-	'pagemapset lists files of db2');
+listed_ok($st->{pagemap}, qr{^base/$db2_oid/}, 'pagemapset lists files of db2',
+	pgdata => $pgdata);
 my ($moved) = $node->safe_psql('postgres', "SELECT pg_relation_filepath('move_me')");
-ok($st->{pagemap}{$moved}, "pagemapset lists the moved table $moved");
+listed_ok($st->{pagemap}, qr{^\Q$moved\E$}, "pagemapset lists the moved table $moved",
+	pgdata => $pgdata);
 
 my $restored = PostgreSQL::Test::Cluster->new('incr_restored');
 restore("$backups/full", "$backups/incr", $restored->data_dir,
@@ -229,7 +260,10 @@ is($restored->safe_psql('postgres', "SELECT pg_tablespace_location(oid) FROM pg_
 
 my %report;
 my @problems = compare_clusters($node, $restored, report => \%report);
-is_deeply(\@problems, [], 'restored cluster equals the source, amcheck clean');
+is_deeply(\@problems, [], 'restored cluster equals the source, amcheck clean')
+  or diag join "\n", @problems,
+  map { mismatch_blocks($node, $restored, $_->[0], $_->[1], since => $l0) }
+  grep { $_->[3] eq 'MISMATCH' } @{ $report{tables} };
 note join "\n", map { "@$_" } @{ $report{tables} };
 cmp_ok(scalar @{ $report{tables} }, '>=', 12, 'tables were compared');
 cmp_ok($report{amcheck}{indexes}, '>', 100, 'amcheck checked the btree indexes');

@@ -73,7 +73,8 @@ my $init0 = init_lsn($node);
 ok(lsn_to_int($init0) > 0, "ptrack_init_lsn() is set: $init0");
 my $header0 = map_header($pgdata);
 ok($header0 && $header0->{crc_ok} && $header0->{magic} eq 'PTRACKMP',
-	'a checkpoint wrote a valid ptrack.map');
+	'a checkpoint wrote a valid ptrack.map')
+  or diag explain($header0 // 'no ptrack.map');
 is($header0->{init_lsn}, $init0, 'the map file carries ptrack_init_lsn()');
 
 # True if block $block of $path is all zeroes on disk.
@@ -356,7 +357,8 @@ for my $attempt (1 .. 10)
 		last;
 	}
 }
-ok($caught, "$saver killed during the map write: the leftover ptrack.map.tmp was removed");
+ok($caught, "$saver killed during the map write: the leftover ptrack.map.tmp was removed")
+  or diag("server log of the last attempt:\n" . log_since($node, $offset));
 $log = log_since($node, $offset);
 like($log, $saver_died,
 	"$saver killed: the postmaster saw it die");
@@ -429,7 +431,8 @@ oracle_passes($L6, $baseline6, 'FILE_COPY during checkpoints, after a clean rest
 
 my $header = map_header($pgdata);
 ok($header && $header->{crc_ok} && $header->{init_lsn} eq $init0,
-	'at the end, ptrack.map is valid and carries the same init_lsn');
+	"at the end, ptrack.map is valid and carries the same init_lsn ($init0)")
+  or diag explain($header // 'no ptrack.map');
 
 $node->stop;
 done_testing();

@@ -102,7 +102,8 @@ sub check_rejected
 
 	if ($opts{removed})
 	{
-		ok(!-e "$pgdata/ptrack.map" && !-e "$pgdata/ptrack.map.delta",
+		my @left = grep { -e "$pgdata/$_" } ('ptrack.map', 'ptrack.map.delta');
+		is("@left", '',
 			"$label: the rejected ptrack.map (and its delta) were removed at startup");
 	}
 
@@ -140,7 +141,8 @@ sub check_rejected
 
 	my $header = map_header($pgdata);
 	ok($header && $header->{magic} eq 'PTRACKMP' && $header->{crc_ok},
-		"$label: a checkpoint wrote a valid ptrack.map");
+		"$label: a checkpoint wrote a valid ptrack.map")
+	  or diag explain($header // 'no ptrack.map');
 	is($header && $header->{init_lsn}, $new_init,
 		"$label: the new ptrack.map carries the new init_lsn");
 
@@ -166,7 +168,8 @@ $node->safe_psql('postgres', 'CREATE EXTENSION ptrack');
 $node->command_ok([ 'pgbench', '-i', '-q', '-s', '1', 'postgres' ], 'pgbench -i -s 1');
 $node->safe_psql('postgres', 'CHECKPOINT');
 my $header = map_header($pgdata);
-ok($header && $header->{crc_ok}, 'ptrack.map exists and its header is valid');
+ok($header && $header->{crc_ok}, 'ptrack.map exists and its header is valid')
+  or diag explain($header // 'no ptrack.map');
 my $map_bytes = $header->{size};
 my $data_offset = 8192;    # 64 MB map: 512-byte header + 4 KB-aligned CRC table
 cmp_ok($map_bytes, '>', 60 * 1024 * 1024, "ptrack.map is $map_bytes bytes");
@@ -279,7 +282,8 @@ $other->safe_psql('postgres', 'CHECKPOINT');
 $other->stop;
 my $other_header = map_header($other->data_dir);
 ok($other_header && $other_header->{crc_ok} && $other_header->{size} == $map_bytes,
-	'the other cluster wrote a valid map of the same size');
+	"the other cluster wrote a valid map of the same size ($map_bytes bytes)")
+  or diag explain($other_header // 'no ptrack.map');
 stopped_case('map of another cluster', $reason{other},
 	sub { copy($other->data_dir . '/ptrack.map', "$pgdata/ptrack.map") or die "copy: $!" });
 
@@ -305,8 +309,10 @@ sub last_batch_is_latest
 	my @batches = delta_batches($pgdata);
 	my $controldata = `pg_controldata -D '$pgdata'`;
 	my ($redo) = $controldata =~ /^Latest checkpoint's REDO location:\s+(\S+)$/m;
-	ok(@batches && $batches[-1]{flush_redo_lsn} eq $redo,
-		"$label: the last batch of ptrack.map.delta is the flush of the latest checkpoint ($redo)");
+	is(@batches ? $batches[-1]{flush_redo_lsn} : 'no batch', $redo,
+		"$label: the last batch of ptrack.map.delta is the flush of the latest checkpoint ($redo)")
+	  or diag(scalar(@batches) . ' batches; flush redo LSNs: '
+		  . join(' ', map { $_->{flush_redo_lsn} } @batches));
 	return @batches;
 }
 # Hooks: the saved map must be as recent as the latest checkpoint.  With WAL
@@ -361,7 +367,8 @@ my $old_init = init_lsn($node);
 my $L = $node->lsn('insert');
 $node->backup('bk');
 my $bk_header = map_header($node->backup_dir . '/bk');
-ok($bk_header && $bk_header->{crc_ok}, 'pg_basebackup copied a valid ptrack.map');
+ok($bk_header && $bk_header->{crc_ok}, 'pg_basebackup copied a valid ptrack.map')
+  or diag explain($bk_header // 'no ptrack.map');
 
 my $restored = PostgreSQL::Test::Cluster->new('restored');
 $restored->init_from_backup($node, 'bk');

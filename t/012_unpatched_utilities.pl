@@ -58,7 +58,8 @@ CHECKPOINT;
 });
 
 my $header = map_header($pgdata);
-ok($header && $header->{crc_ok}, 'ptrack.map exists at the top of the data directory');
+ok($header && $header->{crc_ok}, 'ptrack.map exists at the top of the data directory')
+  or diag explain($header // 'no ptrack.map');
 ok(-e "$pgdata/ptrack.map.delta", 'ptrack.map.delta exists at the top of the data directory');
 
 my @misplaced;

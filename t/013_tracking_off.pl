@@ -135,7 +135,9 @@ foreach my $case (
 	foreach my $file (sort keys %map_bytes)
 	{
 		ok(-e "$pgdata/$file" && slurp_file("$pgdata/$file") eq $map_bytes{$file},
-			"map_size = $value: $file is unchanged");
+			"map_size = $value: $file is unchanged")
+		  or diag("$file: " . (-e "$pgdata/$file" ? (-s _) . ' bytes, was ' : 'gone, was ')
+			  . length($map_bytes{$file}) . ' bytes');
 	}
 }
 $node->append_conf('postgresql.conf', 'ptrack.map_size = 64MB');
@@ -179,7 +181,7 @@ $node->command_ok([ 'pgbench', '-n', '-c', '2', '-j', '2', '-T', '3', 'postgres'
 	'map_size = 0: pgbench runs');
 my $bk = backups_work('map_size = 0', 'off_backup');
 ok(!-e "$bk/ptrack.map", 'map_size = 0: the backup holds no ptrack.map');
-ok(!-e "$pgdata/ptrack.map" && !-e "$pgdata/ptrack.map.delta" && !-e "$pgdata/ptrack.map.tmp",
+is(join(' ', grep { -e "$pgdata/$_" } ('ptrack.map', 'ptrack.map.delta', 'ptrack.map.tmp')), '',
 	'map_size = 0: checkpoints write no map file');
 
 # Back on: a fresh start.
@@ -188,7 +190,8 @@ $node->stop;
 my ($controldata) = run_command([ 'pg_controldata', $pgdata ]);
 my ($shutdown_redo) = $controldata =~ /^Latest checkpoint's REDO location:\s+(\S+)$/m;
 ok(defined $shutdown_redo && $controldata =~ /^Database cluster state:\s+shut down$/m,
-	'map_size back to 64MB: pg_controldata shows a clean shutdown and its redo LSN');
+	'map_size back to 64MB: pg_controldata shows a clean shutdown and its redo LSN')
+  or diag($controldata);
 $node->append_conf('postgresql.conf', 'ptrack.map_size = 64MB');
 $offset = log_position($node);
 $node->start;
@@ -224,7 +227,8 @@ $node->safe_psql('postgres', 'CHECKPOINT');
 my $L_before = $node->lsn('insert');
 $node->stop;
 my $header = map_header($pgdata);
-ok($header && $header->{crc_ok}, 'not preloaded: ptrack.map of the tracked run exists');
+ok($header && $header->{crc_ok}, 'not preloaded: ptrack.map of the tracked run exists')
+  or diag explain($header // 'no ptrack.map');
 $node->append_conf('postgresql.conf', "shared_preload_libraries = ''");
 $offset = log_position($node);
 $node->start;

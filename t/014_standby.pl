@@ -67,7 +67,7 @@ use PtrackBackup
   qw(full_backup incremental_backup restore compare_clusters);
 use PtrackCluster
   qw(ptrack_node log_position log_since not_trusted_re init_lsn);
-use PtrackOracle qw(missed_blocks no_misses_ok lsn_to_int);
+use PtrackOracle qw(listed_ok mismatch_blocks missed_blocks no_misses_ok lsn_to_int);
 
 my $t0 = Time::HiRes::time();
 
@@ -140,8 +140,9 @@ my $l0 = full_backup($standby, "$backups/full");
 note "full backup from the standby at $l0";
 like(slurp_file("$backups/full/data/backup_label"),
 	qr/^BACKUP FROM: standby$/m, 'the full backup was taken from the standby');
-ok(lsn_to_int(init_lsn($standby)) <= lsn_to_int($l0),
-	'the standby\'s ptrack_init_lsn() is not after L0');
+my $sb_init_now = init_lsn($standby);
+ok(lsn_to_int($sb_init_now) <= lsn_to_int($l0),
+	"the standby's ptrack_init_lsn() ($sb_init_now) is not after L0 ($l0)");
 
 # ---- 3. the workload on the primary -----------------------------------------
 
@@ -189,7 +190,8 @@ $primary->wait_for_catchup($standby);
 $standby->safe_psql('postgres', 'CHECKPOINT');
 my $rp1 = $standby->safe_psql('postgres',
 	'SELECT redo_lsn FROM pg_control_checkpoint()');
-ok(lsn_to_int($rp1) > lsn_to_int($l0), "the standby made a restartpoint ($rp1)");
+ok(lsn_to_int($rp1) > lsn_to_int($l0),
+	"the standby made a restartpoint ($rp1) after L0 ($l0)");
 
 # ---- 4. the oracle on the standby -------------------------------------------
 
@@ -212,9 +214,11 @@ sub check_incremental
 		$st->{changed_pages}, $st->{whole_files}, $st->{whole_bytes},
 		$st->{bytes_copied}, $st->{db_bytes}, $st->{wal_segments},
 		$st->{old_lsn_pages});
-	is($st->{pagecount_mismatch}, 0, "$name: every pagecount matches its pagemap");
+	is($st->{pagecount_mismatch}, 0, "$name: every pagecount matches its pagemap")
+	  or diag join "\n", @{ $st->{pagecount_examples} };
 	is($st->{unknown_pagemap_paths}, 0,
-		"$name: every pagemapset row names a permanent relation file");
+		"$name: every pagemapset row names a permanent relation file")
+	  or diag join "\n", @{ $st->{unknown_examples} };
 	is($st->{unmarked_new_blocks}, 0,
 		"$name: every block added since the previous backup is listed")
 	  or diag "unlisted: @{ $st->{unmarked_examples} }";
@@ -247,7 +251,12 @@ sub restore_and_compare
 	my %report;
 	my @problems = compare_clusters($primary, $node, report => \%report);
 	is_deeply(\@problems, [],
-		"$name equals the primary, amcheck clean");
+		"$name equals the primary, amcheck clean")
+	  or diag join "\n", @problems,
+	  map {
+		mismatch_blocks($primary, $node, $_->[0], $_->[1],
+			tracked => $standby, since => $l0)
+	  } grep { $_->[3] eq 'MISMATCH' } @{ $report{tables} };
 	note join "\n", map { "@$_" } @{ $report{tables} };
 	cmp_ok(scalar @{ $report{tables} }, '>=', 6, "$name: tables were compared");
 	$node->stop;
@@ -258,12 +267,14 @@ my $st1 = incremental_backup($standby, "$backups/incr1", $l0, "$backups/full");
 my $l1 = $st1->{start_lsn};
 check_incremental($st1, 'incr1');
 is($l1, $rp1, 'incr1 starts at the standby\'s restartpoint');
-ok((grep { m{^base/$db2_oid/} } keys %{ $st1->{pagemap} }),
-	'incr1: pagemapset lists files of db2 (replayed FILE_COPY)');
-ok($st1->{pagemap}{ $path{shrink} },
-	"incr1: pagemapset lists the truncated and re-extended $path{shrink}");
-ok($st1->{pagemap}{ $path{pgbench_accounts} },
-	'incr1: pagemapset lists pgbench_accounts');
+my $sb_pgdata = $standby->data_dir;
+listed_ok($st1->{pagemap}, qr{^base/$db2_oid/},
+	'incr1: pagemapset lists files of db2 (replayed FILE_COPY)', pgdata => $sb_pgdata);
+listed_ok($st1->{pagemap}, qr{^\Q$path{shrink}\E$},
+	"incr1: pagemapset lists the truncated and re-extended $path{shrink}",
+	pgdata => $sb_pgdata);
+listed_ok($st1->{pagemap}, qr{^\Q$path{pgbench_accounts}\E$},
+	'incr1: pagemapset lists pgbench_accounts', pgdata => $sb_pgdata);
 restore_and_compare('restored1', "$backups/incr1");
 
 # ---- 6. more changes, replayed, then a standby crash ------------------------
@@ -321,11 +332,13 @@ cmp_ok($os->{at_or_after}, '>=', $written_before_crash,
 my $st2 =
   incremental_backup($standby, "$backups/incr2", $l1, "$backups/incr1");
 check_incremental($st2, 'incr2');
-ok(lsn_to_int($st2->{start_lsn}) > lsn_to_int($l1), 'incr2 starts after incr1');
-ok($st2->{pagemap}{ $path{shrink} },
-	"incr2: pagemapset lists the truncated and re-extended $path{shrink}");
-ok($st2->{pagemap}{ $path{pgbench_accounts} },
-	'incr2: pagemapset lists pgbench_accounts');
+ok(lsn_to_int($st2->{start_lsn}) > lsn_to_int($l1),
+	"incr2 starts ($st2->{start_lsn}) after incr1 ($l1)");
+listed_ok($st2->{pagemap}, qr{^\Q$path{shrink}\E$},
+	"incr2: pagemapset lists the truncated and re-extended $path{shrink}",
+	pgdata => $sb_pgdata);
+listed_ok($st2->{pagemap}, qr{^\Q$path{pgbench_accounts}\E$},
+	'incr2: pagemapset lists pgbench_accounts', pgdata => $sb_pgdata);
 restore_and_compare('restored2', [ "$backups/incr1", "$backups/incr2" ]);
 
 # ---- 9. full_page_writes off on the primary, standby crash (TODO) ----------

@@ -512,6 +512,15 @@ sub full_backup
 #                          server; under concurrent writes a page filled
 #                          after the query can show up here.
 #   unmarked_examples      the first few such path:block
+#   pagecount_mismatch     rows whose pagecount is not the number of bits
+#                          set in their pagemap
+#   pagecount_examples     the first few such rows
+#   unknown_pagemap_paths  rows whose path is not a permanent relation file,
+#                          neither in the listing taken before the query nor
+#                          in one taken after it (a file created in between
+#                          is in the second)
+#   unknown_examples       the first few such paths, with what each listing
+#                          and the disk say about them
 #   old_lsn_pages          copied pages (FSM and never-initialised pages
 #                          aside) whose page LSN is older than $since:
 #                          false positives, or pages whose only change
@@ -520,7 +529,10 @@ sub full_backup
 #                          change); an upper bound of the false positives
 #   elapsed_s
 # Options: filter_pagemap => sub { my ($path, $bits) = @_; ... return $bits }
-# lets a test damage the pagemap on purpose (a negative control).
+# lets a test damage the pagemap on purpose (a negative control);
+# after_listing => sub { ... } runs between the listing and the
+# ptrack_get_pagemapset() call, to force what a concurrent session could do
+# there.
 sub incremental_backup
 {
 	my ($node, $dir, $since, $prev_dir, %opt) = @_;
@@ -539,6 +551,8 @@ sub incremental_backup
 		  vanished_files pagecount_mismatch unknown_pagemap_paths
 		  old_lsn_pages));
 	$st{unmarked_examples} = [];
+	$st{unknown_examples} = [];
+	$st{pagecount_examples} = [];
 
 	my $s = PtrackBackup::Session->new($node, 'postgres');
 	my $ns = $s->query(
@@ -559,6 +573,7 @@ sub incremental_backup
 	# The listing comes before the query: every block in it that lies beyond
 	# what the previous backup had was extended before the query.
 	my ($entries, $tablespaces) = _scan_datadir($datadir);
+	$opt{after_listing}->() if $opt{after_listing};
 
 	# The time of ptrack_get_pagemapset alone, measured by the server: t0 is
 	# taken before the function runs (the call depends on it through
@@ -585,13 +600,48 @@ sub incremental_backup
 		my $b = unpack('b*', pack('H*', $hex));
 		$b = $opt{filter_pagemap}->($path, $b) if $opt{filter_pagemap};
 		my $set = ($b =~ tr/1//);
-		$st{pagecount_mismatch}++ if $set != $count;
+		if ($set != $count)
+		{
+			$st{pagecount_mismatch}++;
+			my @first;
+			my $blk = -1;
+			push @first, $blk
+			  while @first < 10 && ($blk = index($b, '1', $blk + 1)) >= 0;
+			push @{ $st{pagecount_examples} },
+			  "$path: pagecount $count, $set bits set in its pagemap"
+			  . (@first ? " (blocks @first" . ($set > 10 ? ' ...)' : ')') : '')
+			  if @{ $st{pagecount_examples} } < 10;
+		}
 		$st{pagemap_rows}++;
 		$st{pagemap_pages} += $count;
 		$st{pagemap}{$path} = $count;
 		$bits{$path} = $b;
-		$st{unknown_pagemap_paths}++
-		  unless $entries->{$path} && $entries->{$path}{relation};
+	}
+
+	# Every row must name a permanent relation file.  The listing was taken
+	# before the query, so a file created in between (autovacuum's first
+	# VACUUM of a table creates its _fsm and _vm forks) is rightly listed by
+	# ptrack and missing from it: such paths are looked up in a second
+	# listing, taken now.  A path that is a permanent relation file in
+	# neither is one ptrack must not list (a temporary or unlogged fork, a
+	# non-relation file, a file that never existed).
+	my @not_listed =
+	  grep { !($entries->{$_} && $entries->{$_}{relation}) } sort keys %bits;
+	if (@not_listed)
+	{
+		my ($again) = _scan_datadir($datadir);
+		for my $path (@not_listed)
+		{
+			next if $again->{$path} && $again->{$path}{relation};
+			$st{unknown_pagemap_paths}++;
+			push @{ $st{unknown_examples} },
+			  "$path ($st{pagemap}{$path} blocks listed): listing before the "
+			  . 'query: ' . _listed_as($entries, $path)
+			  . '; listing after it: ' . _listed_as($again, $path)
+			  . '; on disk now: '
+			  . (-e "$datadir/$path" ? (-s _) . ' bytes' : 'absent')
+			  if @{ $st{unknown_examples} } < 10;
+		}
 	}
 
 	my %files;
@@ -742,6 +792,18 @@ sub _standby_segments
 		  [ sprintf('%08X%08X%08X', $tli, int($seg / $per_id), $seg % $per_id) ];
 	}
 	return \@names;
+}
+
+# What a listing of _scan_datadir() says about $path, for a diagnostic.
+sub _listed_as
+{
+	my ($entries, $path) = @_;
+	my $e = $entries->{$path};
+	return 'absent (or a temporary or unlogged fork, which it leaves out)'
+	  unless $e;
+	return 'a directory' if $e->{type} eq 'dir';
+	return ($e->{relation} ? 'a relation file' : 'a non-relation file')
+	  . " of $e->{size} bytes";
 }
 
 # Copies the blocks whose bit is set and that lie below $size; returns the

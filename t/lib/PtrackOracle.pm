@@ -82,6 +82,8 @@ our @EXPORT_OK = qw(
   missed_blocks
   show_misses
   no_misses_ok
+  listed_ok
+  mismatch_blocks
 );
 
 use constant BLCKSZ => 8192;
@@ -523,6 +525,142 @@ sub no_misses_ok
 	my @misses = missed_blocks($node, $lsn, %opts, stats => \%stats);
 	Test::More::is(scalar @misses, 0, $name) or Test::More::diag(show_misses(@misses));
 	return \%stats;
+}
+
+=pod
+
+=item listed_ok($map, $re, $name, %opts)
+
+One test named $name: some path of the pagemapset $map (a hashref keyed by
+path, as pagemapset() or PtrackBackup's C<pagemap> statistic) matches $re.
+On failure, diag() says how many rows there were, which rows share the
+directory of what was expected, and, with C<pgdata =E<gt> $dir>, which
+relation files matching $re are on disk (size, temporary or unlogged): what
+ptrack was expected to list.
+
+=cut
+
+sub listed_ok
+{
+	my ($map, $re, $name, %opts) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my @paths = sort keys %$map;
+	return 1 if Test::More::ok((grep { $_ =~ $re } @paths), $name);
+
+	my @diag = (sprintf('no pagemapset row matches %s (%d rows)', $re, scalar @paths));
+	if (defined $opts{pgdata})
+	{
+		my @on_disk = grep { $_->{path} =~ $re } relation_files($opts{pgdata});
+		push @diag,
+		  @on_disk
+		  ? 'relation files on disk that match: ' . _first_few(
+			map {
+				"$_->{path} ($_->{size} bytes"
+				  . ($_->{temp} ? ', temporary' : '')
+				  . ($_->{unlogged} ? ', unlogged' : '') . ')'
+			} @on_disk)
+		  : 'no relation file on disk matches';
+		# What ptrack did list next to the files it was expected to list.
+		my %dirs = map { $_->{dir} => 1 } @on_disk;
+		my @near = grep { m{^(.*)/} && $dirs{$1} } @paths;
+		push @diag, 'rows in the same directories: ' . (@near ? _first_few(@near) : 'none')
+		  if %dirs;
+	}
+	push @diag, 'first rows: ' . (@paths ? _first_few(@paths) : 'none');
+	Test::More::diag(join "\n", @diag);
+	return 0;
+}
+
+=pod
+
+=item mismatch_blocks($src, $dst, $db, $table, %opts)
+
+For a table of database $db whose rows differ between $src and $dst, where
+$dst was restored from a physical backup of $src (or of a standby of it), so
+that a row keeps its block: the heap blocks whose rows differ, one line each
+(the first 20, then how many more):
+
+  postgres.big: base/5/16385.1 block 3000 (relation block 134072): source
+  1 rows, restored 1 rows; page LSN on disk: source 0/5A1B2C8, restored
+  0/3001000; listed by ptrack_get_pagemapset(0/3000028) now: no
+
+With C<since =E<gt> L>, asks ptrack_get_pagemapset(L) (on C<tracked>, default
+$src) whether it lists each block now.  For a diag() after a failed
+comparison: a block ptrack missed comes back from the older backup.
+
+=cut
+
+sub mismatch_blocks
+{
+	my ($src, $dst, $db, $table, %opts) = @_;
+	my $sql = "SELECT (ctid::text::point)[0]::bigint, count(*), "
+	  . "md5(string_agg(md5(r::text), '' ORDER BY md5(r::text))) "
+	  . "FROM ONLY $table r GROUP BY 1";
+	my %rows;    # block => [ source "count|digest", restored "count|digest" ]
+	foreach my $side (0, 1)
+	{
+		my $node = $side ? $dst : $src;
+		foreach my $line (split /\n/, $node->safe_psql($db, $sql))
+		{
+			my ($blk, $count, $digest) = split /\|/, $line;
+			$rows{$blk}[$side] = [ $count, $digest ];
+		}
+	}
+	my @blocks = sort { $a <=> $b } grep {
+		my ($s, $d) = @{ $rows{$_} }[ 0, 1 ];
+		!$s || !$d || $s->[1] ne $d->[1]
+	} keys %rows;
+	return ("$db.$table: no block differs (rows moved between blocks?)") unless @blocks;
+
+	my $relpath = $src->safe_psql($db, "SELECT pg_relation_filepath('$table')");
+	my $tracked = $opts{tracked} // $src;
+	my $listed = defined $opts{since}
+	  ? pagemapset($tracked, $opts{dbname} // 'postgres', $opts{since}, schema => $opts{schema})
+	  : undef;
+	my $relseg_blocks = 131072;    # 1 GB segments of 8 KB blocks
+	my @lines;
+	foreach my $blk (@blocks[ 0 .. ($#blocks < 19 ? $#blocks : 19) ])
+	{
+		my $segno = int($blk / $relseg_blocks);
+		my $segpath = $segno ? "$relpath.$segno" : $relpath;
+		my $segblk = $blk % $relseg_blocks;
+		my ($s, $d) = @{ $rows{$blk} }[ 0, 1 ];
+		my $line = sprintf('%s.%s: %s block %d (relation block %d): source %s rows, restored %s rows',
+			$db, $table, $segpath, $segblk, $blk, $s ? $s->[0] : 0, $d ? $d->[0] : 0);
+		$line .= sprintf('; page LSN on disk: source %s, restored %s',
+			_page_lsn_text($src->data_dir, $segpath, $segblk),
+			_page_lsn_text($dst->data_dir, $segpath, $segblk));
+		if ($listed)
+		{
+			my $is = $listed->{$segpath} && grep { $_ == $segblk } @{ $listed->{$segpath}{blocks} };
+			$line .= "; listed by ptrack_get_pagemapset($opts{since}) now: " . ($is ? 'yes' : 'no');
+		}
+		push @lines, $line;
+	}
+	push @lines, "$db.$table: " . (@blocks - 20) . ' more blocks differ' if @blocks > 20;
+	return @lines;
+}
+
+# The page LSN of one block of a file, as text, or why there is none.
+sub _page_lsn_text
+{
+	my ($pgdata, $relpath, $blk) = @_;
+	open(my $fh, '<:raw', "$pgdata/$relpath") or return 'no file';
+	my $page;
+	my $got = sysseek($fh, $blk * BLCKSZ, 0) ? sysread($fh, $page, 8) : 0;
+	close $fh;
+	return 'beyond the end' unless $got && $got == 8;
+	my ($xlogid, $xrecoff) = unpack('L L', $page);
+	return int_to_lsn(($xlogid << 32) | $xrecoff);
+}
+
+# The first 20 items of a list, comma-separated, and how many were left out.
+sub _first_few
+{
+	my (@items) = @_;
+	my $more = @items > 20 ? ', ... (' . (@items - 20) . ' more)' : '';
+	splice(@items, 20) if @items > 20;
+	return join(', ', @items) . $more;
 }
 
 =pod
