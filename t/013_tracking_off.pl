@@ -45,7 +45,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(ptrack_node map_header log_position log_since not_trusted_re init_lsn);
+use PtrackCluster qw(capture_mode ptrack_node map_header log_position log_since not_trusted_re init_lsn);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok);
 
 my $node = ptrack_node(
@@ -165,12 +165,21 @@ $node->append_conf('postgresql.conf', 'ptrack.map_size = 0');
 my $offset = log_position($node);
 $node->start;
 my $log = log_since($node, $offset);
-foreach my $file ('ptrack.map', 'ptrack.map.delta', 'ptrack.map.tmp')
+my @ptrack_files = ('ptrack.map', 'ptrack.map.delta', 'ptrack.map.tmp');
+push @ptrack_files, 'ptrack.sizes', 'ptrack.limits' if capture_mode() eq 'wal';
+foreach my $file (@ptrack_files)
 {
 	ok(!-e "$pgdata/$file", "map_size = 0: $file was removed at startup");
 	like($log, qr/LOG:  ptrack removed file "\Q$file\E"$/m, "map_size = 0: the removal of $file is logged");
 }
 unlike($log, qr/WARNING/, 'map_size = 0: no WARNING at startup');
+if (capture_mode() eq 'wal')
+{
+	like($log, qr/LOG:  ptrack removed its replication slot "ptrack_wal_follower": change tracking is off/,
+		'map_size = 0: the follower\'s replication slot was removed (its WAL can be recycled)');
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_replication_slots'), '0',
+		'map_size = 0: no replication slot is left');
+}
 is($node->safe_psql('postgres', 'SHOW ptrack.map_size'), '0', 'SHOW ptrack.map_size says 0');
 
 functions_refuse('map_size = 0', 'ptrack change tracking is disabled', 'postgres');
@@ -212,8 +221,20 @@ my $init_on = init_lsn($node);
 cmp_ok(lsn_to_int($init_on), '>', lsn_to_int($L_off),
 	"map_size back to 64MB: the new ptrack_init_lsn() $init_on is later than the last LSN of the "
 	  . "run without tracking ($L_off) and than the old one ($init_before)");
-is(lsn_to_int($init_on), lsn_to_int($shutdown_redo) + 1,
-	"map_size back to 64MB: ptrack_init_lsn() $init_on is one byte past the shutdown checkpoint ($shutdown_redo)");
+if (capture_mode() eq 'hooks')
+{
+	is(lsn_to_int($init_on), lsn_to_int($shutdown_redo) + 1,
+		"map_size back to 64MB: ptrack_init_lsn() $init_on is one byte past the shutdown checkpoint ($shutdown_redo)");
+}
+else
+{
+	# The follower's fresh map starts after its first look at the file sizes
+	# (file_growth.h), still before any backup this run can start.
+	cmp_ok(lsn_to_int($init_on), '>', lsn_to_int($shutdown_redo),
+		"map_size back to 64MB: ptrack_init_lsn() $init_on is past the shutdown checkpoint ($shutdown_redo)");
+	is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots"), '1',
+		'map_size back to 64MB: the follower has its slot again');
+}
 my $baseline = block_counts($pgdata);
 $node->command_ok([ 'pgbench', '-n', '-c', '2', '-j', '2', '-T', '3', 'postgres' ],
 	'map_size back to 64MB: pgbench runs');
@@ -225,6 +246,7 @@ oracle_passes($init_on, $baseline, 'map_size back to 64MB, L = ptrack_init_lsn()
 
 $node->safe_psql('postgres', 'CHECKPOINT');
 my $L_before = $node->lsn('insert');
+my $baseline_before = block_counts($pgdata);
 $node->stop;
 my $header = map_header($pgdata);
 ok($header && $header->{crc_ok}, 'not preloaded: ptrack.map of the tracked run exists')
@@ -275,18 +297,32 @@ $node->append_conf('postgresql.conf', "shared_preload_libraries = 'ptrack'");
 $offset = log_position($node);
 $node->start;
 $log = log_since($node, $offset);
-like(
-	$log,
-	not_trusted_re(
-		'it is older than the latest checkpoint (a flush was missed, or the WAL was reset)'),
-	'preloaded again after a clean stop: the map is not trusted, older than the latest checkpoint');
-my $init_again = init_lsn($node);
-cmp_ok(lsn_to_int($init_again), '>', lsn_to_int($L_unloaded),
-	"preloaded again: the new ptrack_init_lsn() $init_again is later than the end of the run "
-	  . "without ptrack ($L_unloaded)");
-($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('$L_before')");
-like($err, qr/ERROR:  start_lsn \Q$L_before\E is older than ptrack_init_lsn\(\) \Q$init_again\E/,
-	'preloaded again: an L from before the run without ptrack is refused');
+my $init_again;
+if (capture_mode() eq 'hooks')
+{
+	like(
+		$log,
+		not_trusted_re(
+			'it is older than the latest checkpoint (a flush was missed, or the WAL was reset)'),
+		'preloaded again after a clean stop: the map is not trusted, older than the latest checkpoint');
+	$init_again = init_lsn($node);
+	cmp_ok(lsn_to_int($init_again), '>', lsn_to_int($L_unloaded),
+		"preloaded again: the new ptrack_init_lsn() $init_again is later than the end of the run "
+		  . "without ptrack ($L_unloaded)");
+	($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('$L_before')");
+	like($err, qr/ERROR:  start_lsn \Q$L_before\E is older than ptrack_init_lsn\(\) \Q$init_again\E/,
+		'preloaded again: an L from before the run without ptrack is refused');
+}
+else
+{
+	# The follower's slot kept the WAL of the run without ptrack: it reads
+	# it, and the map stays complete.
+	unlike($log, not_trusted_re(undef), 'preloaded again after a clean stop, wal capture: the map is trusted');
+	$init_again = init_lsn($node);
+	is($init_again, $init_on, 'preloaded again, wal capture: ptrack_init_lsn() is unchanged');
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	oracle_passes($L_before, $baseline_before, 'preloaded again, wal capture: L from before the run without ptrack');
+}
 
 # Preloaded again after a crash of a run without ptrack and without any
 # checkpoint: recovery replays the whole run, so the map may be trusted.

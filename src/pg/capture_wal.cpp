@@ -35,6 +35,8 @@ extern "C" {
 
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "access/rmgr.h"
 #include "access/timeline.h"
 #include "access/xlog.h"
@@ -43,11 +45,13 @@ extern "C" {
 #include "access/xlogrecovery.h"
 #include "access/xlogutils.h"
 #include "catalog/pg_control.h"
+#include "common/file_utils.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "replication/slot.h"
+#include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
@@ -437,6 +441,24 @@ void define_wal_follower_gucs()
                             "until the follower has applied the WAL flushed (or replayed) before the call.",
                             &wal_wait_timeout_ms, 60000, 100, INT_MAX / 2, PGC_USERSET, GUC_UNIT_MS, NULL, NULL,
                             NULL);
+}
+
+void remove_follower_slot()
+{
+    char path[MAXPGPATH];
+    snprintf(path, sizeof(path), "pg_replslot/%s", kFollowerSlotName);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return;
+    if (!rmtree(path, true)) {
+        ereport(WARNING, (errmsg("ptrack could not remove its replication slot directory \"%s\"", path),
+                          errhint("Drop the slot with pg_drop_replication_slot('%s'): it keeps WAL from being "
+                                  "recycled.",
+                                  kFollowerSlotName)));
+        return;
+    }
+    fsync_fname("pg_replslot", true);
+    ereport(LOG, (errmsg("ptrack removed its replication slot \"%s\": change tracking is off", kFollowerSlotName)));
 }
 
 void register_wal_follower()

@@ -22,6 +22,13 @@ constexpr const char* kFollowerSlotName = "ptrack_wal_follower";
 /* Defines the follower's GUCs (ptrack.wal_wait_timeout); in _PG_init, whatever the source. */
 void define_wal_follower_gucs();
 
+/*
+ * Tracking is off (ptrack.map_size = 0): in the postmaster before the startup
+ * process loads the replication slots, removes the follower's slot from
+ * pg_replslot, so that the WAL it kept can be recycled.  Logs what it did.
+ */
+void remove_follower_slot();
+
 /* Registers the follower with the postmaster; in _PG_init when the wal source runs. */
 void register_wal_follower();
 

@@ -322,4 +322,10 @@ void growth_commit_save()
     (void) durable_rename(kSizesNewFileName, kSizesFileName, WARNING);
 }
 
+void remove_sizes_files()
+{
+    remove_file_if_exists(kSizesNewFileName, LOG);
+    remove_file_if_exists(kSizesFileName, LOG);
+}
+
 }  // namespace ptrack::pg

@@ -78,6 +78,9 @@ bool growth_prepare_save(Lsn covered);
 /* After the map save succeeded: ptrack.sizes.new becomes ptrack.sizes. */
 void growth_commit_save();
 
+/* Removes ptrack.sizes and ptrack.sizes.new (tracking off); any process. */
+void remove_sizes_files();
+
 }  // namespace ptrack::pg
 
 #endif

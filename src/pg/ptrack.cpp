@@ -34,6 +34,7 @@ PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 #include "capture.h"
 #include "capture_source.h"
 #include "capture_wal.h"
+#include "file_growth.h"
 #include "limits_file.h"
 #include "map_persistence.h"
 #include "shared_state.h"
@@ -108,6 +109,8 @@ void ptrack_shmem_startup()
         if (!IsUnderPostmaster) {
             remove_map_files();
             remove_limits_files();
+            remove_sizes_files();
+            remove_follower_slot();
         }
         return;
     }
