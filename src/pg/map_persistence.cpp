@@ -44,12 +44,20 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
+#include "boundary.h"
 #include "capture.h"
 #include "map_persistence.h"
 #include "ptrack/map_delta.h"
 #include "ptrack/map_file.h"
 
 namespace ptrack::pg {
+
+PTRACK_FRAME_SAFE(MapFileHeader, StartupFacts, DeltaBatchHeader, DeltaEntry);
+PTRACK_ENGINE_NOEXCEPT(&Map::clear, &Map::region, &MapGeometry::region_bytes, &load_lsn, &region_words,
+                       &placement_fingerprint, &map_file_chunk_count, &map_file_data_offset,
+                       &map_file_chunk_length, &map_file_bytes, &map_file_encode_header, &map_file_decode_header,
+                       &describe_header_status, &map_file_distrust_reason, &delta_encode_batch_header,
+                       &delta_decode_batch_header, &delta_collect, &delta_apply, &make_chunk_conservative);
 
 namespace {
 
@@ -327,6 +335,7 @@ struct FlushState {
     uint32_t* crcs;
     DeltaEntry* entries;
 };
+PTRACK_FRAME_SAFE(FlushState);
 FlushState flush_state;
 constexpr size_t kDeltaBufferEntries = 64 * 1024;
 

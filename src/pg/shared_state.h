@@ -14,6 +14,7 @@ extern "C" {
 #include "access/xlog.h" /* GetXLogInsertRecPtr(); includers include postgres.h first */
 }
 
+#include "boundary.h"
 #include "ptrack/map.h"
 
 /*
@@ -35,6 +36,8 @@ extern Map map;             /* attached iff shared != nullptr */
 extern bool preloaded;      /* loaded through shared_preload_libraries */
 extern int map_size_mb;     /* the ptrack.map_size GUC, in MB */
 extern bool use_segment_summary; /* developer GUC ptrack.use_segment_summary */
+
+PTRACK_FRAME_SAFE(SharedState, Map, MapGeometry);
 
 /* Set once this process has seen recovery over (it never comes back). */
 inline bool recovery_seen_over = false;

@@ -10,10 +10,10 @@
  * Each function checks its arguments and the tracking state first and raises
  * a clear ERROR with a hint, before reading anything.
  *
- * The boundary with C++: everything called from here into the engine is
- * noexcept (asserted at compile time below), and these frames own no objects
- * with destructors, so neither a C++ exception nor a PostgreSQL longjmp can
- * cross the other's frames.
+ * The boundary with C++ (boundary.h): everything called from here into the
+ * engine is noexcept, and these frames own no objects with destructors, so
+ * neither a C++ exception nor a PostgreSQL longjmp can cross the other's
+ * frames; both asserted at compile time below.
  */
 extern "C" {
 #include "postgres.h"
@@ -32,6 +32,7 @@ PG_FUNCTION_INFO_V1(ptrack_get_pagemapset);
 PG_FUNCTION_INFO_V1(ptrack_get_change_stat);
 }
 
+#include "boundary.h"
 #include "datadir_walk.h"
 #include "ptrack/pagemap.h"
 #include "shared_state.h"
@@ -42,10 +43,8 @@ namespace ptrack::pg {
 
 namespace {
 
-static_assert(noexcept(map.segment_pagemap(RelFork{}, 0, 0, 0, nullptr, true)), "engine must not throw");
-static_assert(noexcept(map.segment_may_have_changed(RelFork{}, 0, 0)), "engine must not throw");
-static_assert(noexcept(pagemap_set_all(nullptr, 0)), "engine must not throw");
-static_assert(noexcept(pagemap_trimmed_length(nullptr, 0)), "engine must not throw");
+PTRACK_ENGINE_NOEXCEPT(&Map::segment_pagemap, &Map::segment_may_have_changed, &pagemap_set_all,
+                       &pagemap_trimmed_length, &pagemap_bytes);
 
 /* The start_lsn argument: not NULL, not older than ptrack_init_lsn(), not ahead of the WAL. */
 Lsn checked_start_lsn(FunctionCallInfo fcinfo)
@@ -89,6 +88,7 @@ struct PagemapScan {
     int64 files;
     int64 pages;
 };
+PTRACK_FRAME_SAFE(PagemapScan);
 
 /*
  * Fills state->pagemap for one file that file_may_have_changed() let
