@@ -55,6 +55,13 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 endif
 
+# Engine code never sees PostgreSQL (include/ptrack/engine_guard.h): its
+# objects are compiled with our include directory only, so that a PostgreSQL
+# header included there is not found, while src/pg is told it is the layer
+# allowed to mix both.
+$(ENGINE_SRCS:.cpp=.o): override CPPFLAGS := -I$(CURDIR)/include
+$(PG_SRCS:.cpp=.o): override CPPFLAGS += -DPTRACK_PG_LAYER
+
 # PGXS tracks no header dependencies unless the server was configured with
 # --enable-depend: rebuild every object when any of our headers changes.
 $(OBJS): $(wildcard include/ptrack/*.h src/pg/*.h src/engine/*.h)

@@ -24,7 +24,8 @@
  *     be declared noexcept (a function or a member function, const or not).
  *
  * The third rule, that engine code (src/engine, include/ptrack) never
- * includes a PostgreSQL header, is not checked here.
+ * includes a PostgreSQL header, is held by include/ptrack/engine_guard.h and
+ * the Makefile.
  */
 #ifndef PTRACK_PG_BOUNDARY_H
 #define PTRACK_PG_BOUNDARY_H
