@@ -25,7 +25,7 @@
 #     the backup), which must not break the backup and are not compared.
 # Besides the end-to-end comparison, the backup checks ptrack directly:
 # every block a file gained after L0 (so every block of a file created after
-# L0) must be listed (PtrackBackup's unmarked_new_blocks).
+# L0) must be listed (unmarked_new_blocks, from PtrackVerify's check_marked).
 
 use strict;
 use warnings;
@@ -37,8 +37,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackBackup
-  qw(full_backup incremental_backup restore compare_clusters);
+use PtrackBackup qw(full_backup incremental_backup restore);
+use PtrackVerify qw(compare_clusters);
 
 my $node = PostgreSQL::Test::Cluster->new('incr_src');
 $node->init(allows_streaming => 1);
