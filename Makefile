@@ -23,12 +23,20 @@ ENGINE_SRCS = $(wildcard src/engine/*.cpp)
 PG_SRCS = $(wildcard src/pg/*.cpp)
 OBJS = $(ENGINE_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
 
+# No C++ exception may reach PostgreSQL, whose frames cannot run C++ cleanups
+# (and whose own errors longjmp over C++ frames): the extension is built with
+# -fno-exceptions, so a throw expression or try block anywhere in src/ does
+# not compile, and check-no-throw (below) fails the build if ptrack.so still
+# calls a C++ runtime function that throws (std::string_view::substr's
+# std::__throw_out_of_range_fmt, the throwing operator new...).  The unit
+# tests (t/unit) are built separately and keep exceptions for GoogleTest.
+#
 # Symbols are hidden unless PostgreSQL must find them (_PG_init, the magic
 # block, the SQL functions: all declared PGDLLEXPORT, which PostgreSQL 15
 # leaves empty on Linux).  Hidden globals are reached without a GOT load and
 # inline functions are not called through the PLT: this is on the write path.
 PG_CPPFLAGS = -I$(CURDIR)/include '-DPGDLLEXPORT=__attribute__((visibility("default")))'
-PG_CXXFLAGS = -std=c++17 -fno-rtti -fvisibility=hidden -fvisibility-inlines-hidden \
+PG_CXXFLAGS = -std=c++17 -fno-exceptions -fno-rtti -fvisibility=hidden -fvisibility-inlines-hidden \
 	-Wall -Wextra -Wno-missing-field-initializers -Wno-register -Wno-unused-parameter
 SHLIB_LINK = -lstdc++
 
@@ -47,11 +55,37 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 endif
 
+# Engine code never sees PostgreSQL (include/ptrack/engine_guard.h): its
+# objects are compiled with our include directory only, so that a PostgreSQL
+# header included there is not found, while src/pg is told it is the layer
+# allowed to mix both.
+$(ENGINE_SRCS:.cpp=.o): override CPPFLAGS := -I$(CURDIR)/include
+$(PG_SRCS:.cpp=.o): override CPPFLAGS += -DPTRACK_PG_LAYER
+
 # PGXS tracks no header dependencies unless the server was configured with
 # --enable-depend: rebuild every object when any of our headers changes.
 $(OBJS): $(wildcard include/ptrack/*.h src/pg/*.h src/engine/*.h)
 
-.PHONY: pg-prefix patched-server unittest check-all installcheck-off
+.PHONY: pg-prefix patched-server unittest check-all installcheck-off check-no-throw
+
+# The C++ runtime's entry points that throw or unwind, as ptrack.so would
+# import them: throw and rethrow, the personality routine and _Unwind_Resume
+# (a frame compiled with exception handling), std::__throw_* helpers called by
+# library templates, the throwing operator new and new[].  A match removes
+# ptrack.so, so that the next make fails again instead of installing it.
+THROWING_IMPORTS = __cxa_throw|__cxa_rethrow|__cxa_allocate_exception|__gxx_personality_v0|_Unwind_Resume|_ZSt[0-9]+__throw_|_Zn[wa]m
+
+ifneq ($(filter pg-prefix,$(MAKECMDGOALS)),pg-prefix)
+all: check-no-throw
+endif
+
+check-no-throw: $(shlib)
+	@found=$$(nm -D --undefined-only $(shlib) | awk '{ print $$NF }' | grep -E '^($(THROWING_IMPORTS))' || true); \
+	if [ -n "$$found" ]; then \
+		echo "$(shlib) calls C++ runtime functions that throw (build with -fno-exceptions, use nothing that throws):" >&2; \
+		echo "$$found" | c++filt | sed 's/^/    /' >&2; \
+		rm -f $(shlib); exit 1; \
+	fi
 
 pg-prefix:
 	@echo $(PATCHED_PREFIX)

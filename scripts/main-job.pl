@@ -34,8 +34,8 @@ use Time::HiRes qw(time);
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use PtrackBackup
-  qw(full_backup incremental_backup restore compare_clusters);
+use PtrackBackup qw(full_backup incremental_backup restore);
+use PtrackVerify qw(compare_clusters);
 
 my %opt = (scale => 10, duration => 60, clients => 4);
 GetOptions(\%opt, 'scale=i', 'duration=i', 'clients=i')

@@ -25,7 +25,7 @@
 #     the backup), which must not break the backup and are not compared.
 # Besides the end-to-end comparison, the backup checks ptrack directly:
 # every block a file gained after L0 (so every block of a file created after
-# L0) must be listed (PtrackBackup's unmarked_new_blocks), and every row must
+# L0) must be listed (unmarked_new_blocks, from PtrackVerify's check_marked), and every row must
 # name a permanent relation file (unknown_pagemap_paths).
 #
 # The backup lists the data directory before it asks ptrack, and autovacuum
@@ -47,9 +47,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackBackup
-  qw(full_backup incremental_backup restore compare_clusters);
+use PtrackBackup qw(full_backup incremental_backup restore);
 use PtrackOracle qw(listed_ok mismatch_blocks);
+use PtrackVerify qw(compare_clusters);
 
 my $node = PostgreSQL::Test::Cluster->new('incr_src');
 $node->init(allows_streaming => 1);

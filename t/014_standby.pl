@@ -63,8 +63,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 
-use PtrackBackup
-  qw(full_backup incremental_backup restore compare_clusters);
+use PtrackBackup qw(full_backup incremental_backup restore);
+use PtrackVerify qw(compare_clusters);
 use PtrackCluster
   qw(ptrack_node log_position log_since not_trusted_re init_lsn);
 use PtrackOracle qw(listed_ok mismatch_blocks missed_blocks no_misses_ok lsn_to_int);

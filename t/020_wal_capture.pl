@@ -31,7 +31,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackBackup qw(full_backup incremental_backup restore compare_clusters);
+use PtrackBackup qw(full_backup incremental_backup restore);
+use PtrackVerify qw(compare_clusters);
 use PtrackCluster qw(capture_mode ptrack_node log_position log_since init_lsn);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok);
 

@@ -21,6 +21,8 @@
 #ifndef PTRACK_HASH_H
 #define PTRACK_HASH_H
 
+#include "ptrack/engine_guard.h"
+
 #include <cstdint>
 
 #include "ptrack/relfork.h"

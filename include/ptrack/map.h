@@ -37,6 +37,8 @@
 #ifndef PTRACK_MAP_H
 #define PTRACK_MAP_H
 
+#include "ptrack/engine_guard.h"
+
 #include <cstddef>
 #include <cstdint>
 

@@ -31,6 +31,8 @@
 #ifndef PTRACK_MAP_DELTA_H
 #define PTRACK_MAP_DELTA_H
 
+#include "ptrack/engine_guard.h"
+
 #include <cstddef>
 #include <cstdint>
 

@@ -27,6 +27,8 @@
 #ifndef PTRACK_MAP_FILE_H
 #define PTRACK_MAP_FILE_H
 
+#include "ptrack/engine_guard.h"
+
 #include <cstddef>
 #include <cstdint>
 

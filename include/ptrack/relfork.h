@@ -7,6 +7,8 @@
 #ifndef PTRACK_RELFORK_H
 #define PTRACK_RELFORK_H
 
+#include "ptrack/engine_guard.h"
+
 #include <cstdint>
 
 namespace ptrack {

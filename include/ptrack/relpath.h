@@ -21,6 +21,8 @@
 #ifndef PTRACK_RELPATH_H
 #define PTRACK_RELPATH_H
 
+#include "ptrack/engine_guard.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string_view>

@@ -8,6 +8,8 @@
 #ifndef PTRACK_ENGINE_FIELD_CODEC_H
 #define PTRACK_ENGINE_FIELD_CODEC_H
 
+#include "ptrack/engine_guard.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

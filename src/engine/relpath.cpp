@@ -8,6 +8,18 @@ namespace ptrack {
 
 namespace {
 
+/*
+ * s.substr(pos, n) without its out_of_range exception: ptrack is built with
+ * -fno-exceptions and its shared object must not call anything that throws
+ * (the Makefile checks).  Every caller passes pos <= s.size().
+ */
+constexpr std::string_view slice(std::string_view s, size_t pos, size_t n = std::string_view::npos) noexcept
+{
+    if (pos > s.size())
+        pos = s.size();
+    return std::string_view(s.data() + pos, n < s.size() - pos ? n : s.size() - pos);
+}
+
 /* A decimal number without sign or leading zeros that fits in 32 bits; 0 is rejected. */
 bool parse_uint32(std::string_view s, uint32_t* out) noexcept
 {
@@ -29,8 +41,8 @@ bool parse_uint32(std::string_view s, uint32_t* out) noexcept
 std::string_view next_component(std::string_view* s) noexcept
 {
     const size_t slash = s->find('/');
-    std::string_view head = s->substr(0, slash);
-    *s = slash == std::string_view::npos ? std::string_view{} : s->substr(slash + 1);
+    std::string_view head = slice(*s, 0, slash);
+    *s = slash == std::string_view::npos ? std::string_view{} : slice(*s, slash + 1);
     return head;
 }
 
@@ -55,7 +67,7 @@ bool parse_relation_file_name(std::string_view name, RelFileName* out) noexcept
         /* t<backend>_<relfilenode>...: the backend id must be a number. */
         const size_t underscore = name.find('_');
         uint32_t backend = 0;
-        if (underscore == std::string_view::npos || !parse_uint32(name.substr(1, underscore - 1), &backend))
+        if (underscore == std::string_view::npos || !parse_uint32(slice(name, 1, underscore - 1), &backend))
             return false;
         r.temp = true;
         name.remove_prefix(underscore + 1);
@@ -63,14 +75,14 @@ bool parse_relation_file_name(std::string_view name, RelFileName* out) noexcept
 
     const size_t dot = name.find('.');
     if (dot != std::string_view::npos) {
-        if (!parse_uint32(name.substr(dot + 1), &r.segno))
+        if (!parse_uint32(slice(name, dot + 1), &r.segno))
             return false;
-        name = name.substr(0, dot);
+        name = slice(name, 0, dot);
     }
 
     const size_t underscore = name.find('_');
     if (underscore != std::string_view::npos) {
-        const std::string_view fork = name.substr(underscore);
+        const std::string_view fork = slice(name, underscore);
         if (fork == "_fsm")
             r.fork = kFsmFork;
         else if (fork == "_vm")
@@ -79,7 +91,7 @@ bool parse_relation_file_name(std::string_view name, RelFileName* out) noexcept
             r.fork = kInitFork;
         else
             return false;
-        name = name.substr(0, underscore);
+        name = slice(name, 0, underscore);
     }
 
     if (!parse_uint32(name, &r.relfilenode))
@@ -126,8 +138,8 @@ bool parse_relation_path(std::string_view path, std::string_view tablespace_vers
     RelFileName name;
     uint32_t spc = 0;
     uint32_t db = 0;
-    if (!parse_relation_file_name(path.substr(slash + 1), &name) ||
-        !parse_relation_dir(path.substr(0, slash), tablespace_version_dir, &spc, &db))
+    if (!parse_relation_file_name(slice(path, slash + 1), &name) ||
+        !parse_relation_dir(slice(path, 0, slash), tablespace_version_dir, &spc, &db))
         return false;
     out->rel = RelFork{spc, db, name.relfilenode, name.fork};
     out->segno = name.segno;

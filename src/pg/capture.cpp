@@ -10,12 +10,15 @@ extern "C" {
 #include "storage/proc.h"
 }
 
+#include "boundary.h"
 #include "capture.h"
 #include "file_growth.h"
 #include "datadir_walk.h"
 #include "shared_state.h"
 
 namespace ptrack::pg {
+
+PTRACK_ENGINE_NOEXCEPT(&Map::attached, &atomic_max_lsn);
 
 MarkAnnouncement* announcements = nullptr;
 uint32_t announcement_count = 0;

@@ -10,10 +10,14 @@
 #ifndef PTRACK_PG_CAPTURE_H
 #define PTRACK_PG_CAPTURE_H
 
+#include "boundary.h"
 #include "ptrack/map.h"
 #include "shared_state.h"
 
 namespace ptrack::pg {
+
+PTRACK_FRAME_SAFE(RelFork, Map::SegmentRef);
+PTRACK_ENGINE_NOEXCEPT(&Map::attached, &Map::segment_ref, &Map::mark_in_segment, &hash_rel);
 
 /*
  * What this process last marked: the two most recently written relation

@@ -16,9 +16,13 @@ extern "C" {
 #include "storage/fd.h"
 }
 
+#include "boundary.h"
 #include "datadir_walk.h"
 
 namespace ptrack::pg {
+
+PTRACK_FRAME_SAFE(RelFileName);
+PTRACK_ENGINE_NOEXCEPT(&parse_relation_file_name, &parse_relation_dir);
 
 namespace {
 
@@ -132,6 +136,7 @@ struct WalkContext {
     void* arg;
     RelationFileFilter filter;
 };
+PTRACK_FRAME_SAFE(WalkContext);
 
 using SubdirCallback = void (*)(const char* subdir, const WalkContext* ctx);
 

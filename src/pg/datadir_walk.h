@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "boundary.h"
 #include "ptrack/relpath.h"
 
 namespace ptrack::pg {
@@ -27,6 +28,7 @@ struct RelationFile {
     uint64_t size_bytes; /* the file's size when it was looked at */
     bool unlogged;       /* a main/fsm/vm fork whose relation has an init fork */
 };
+PTRACK_FRAME_SAFE(RelationFile, RelSegment);
 
 using RelationFileCallback = void (*)(const RelationFile* file, void* arg);
 

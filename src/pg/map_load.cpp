@@ -41,6 +41,12 @@ extern "C" {
 
 namespace ptrack::pg {
 
+PTRACK_FRAME_SAFE(MapFileHeader, StartupFacts, DeltaBatchHeader, DeltaEntry);
+PTRACK_ENGINE_NOEXCEPT(&Map::clear, &Map::region, &map_file_chunk_count, &map_file_data_offset,
+                       &map_file_chunk_length, &map_file_decode_header, &describe_header_status,
+                       &map_file_distrust_reason, &delta_decode_batch_header, &delta_apply,
+                       &make_chunk_conservative);
+
 namespace {
 
 void warn_not_trusted(const char* reason)

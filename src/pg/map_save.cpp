@@ -32,6 +32,7 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
+#include "boundary.h"
 #include "capture_source.h"
 #include "map_io.h"
 #include "map_persistence.h"
@@ -54,6 +55,10 @@ struct SaveState {
     uint32_t* crcs;
     DeltaEntry* entries;
 };
+PTRACK_FRAME_SAFE(SaveState, MapFileHeader, DeltaBatchHeader, DeltaEntry);
+PTRACK_ENGINE_NOEXCEPT(&Map::region, &MapGeometry::region_bytes, &load_lsn, &region_words, &placement_fingerprint,
+                       &map_file_chunk_count, &map_file_data_offset, &map_file_chunk_length, &map_file_bytes,
+                       &map_file_encode_header, &delta_encode_batch_header, &delta_collect);
 SaveState save_state;
 constexpr size_t kDeltaBufferEntries = 64 * 1024;
 

@@ -31,6 +31,7 @@ PG_MODULE_MAGIC;
 PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 }
 
+#include "boundary.h"
 #include "capture.h"
 #include "capture_source.h"
 #include "capture_wal.h"
@@ -40,6 +41,9 @@ PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 #include "shared_state.h"
 
 namespace ptrack::pg {
+
+PTRACK_ENGINE_NOEXCEPT(&MapGeometry::for_bytes, &MapGeometry::region_bytes);
+static_assert(std::is_nothrow_constructible_v<Map, void*, const MapGeometry&>, "the engine must not throw");
 
 SharedState* shared = nullptr;
 Map map;

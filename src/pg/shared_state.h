@@ -14,6 +14,7 @@ extern "C" {
 #include "access/xlog.h" /* GetXLogInsertRecPtr(); includers include postgres.h first */
 }
 
+#include "boundary.h"
 #include "ptrack/limit_table.h"
 #include "ptrack/map.h"
 
@@ -56,6 +57,8 @@ extern LimitTable limits;   /* "every block from B on changed" (ptrack/limit_tab
 extern bool preloaded;      /* loaded through shared_preload_libraries */
 extern int map_size_mb;     /* the ptrack.map_size GUC, in MB */
 extern bool use_segment_summary; /* developer GUC ptrack.use_segment_summary */
+
+PTRACK_FRAME_SAFE(SharedState, Map, MapGeometry);
 
 /* Set once this process has seen recovery over (it never comes back). */
 inline bool recovery_seen_over = false;

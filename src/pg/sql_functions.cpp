@@ -10,10 +10,10 @@
  * Each function checks its arguments and the tracking state first and raises
  * a clear ERROR with a hint, before reading anything.
  *
- * The boundary with C++: everything called from here into the engine is
- * noexcept (asserted at compile time below), and these frames own no objects
- * with destructors, so neither a C++ exception nor a PostgreSQL longjmp can
- * cross the other's frames.
+ * The boundary with C++ (boundary.h): everything called from here into the
+ * engine is noexcept, and these frames own no objects with destructors, so
+ * neither a C++ exception nor a PostgreSQL longjmp can cross the other's
+ * frames; both asserted at compile time below.
  */
 extern "C" {
 #include "postgres.h"
@@ -32,6 +32,7 @@ PG_FUNCTION_INFO_V1(ptrack_get_pagemapset);
 PG_FUNCTION_INFO_V1(ptrack_get_change_stat);
 }
 
+#include "boundary.h"
 #include "capture_wal.h"
 #include "datadir_walk.h"
 #include "ptrack/pagemap.h"
@@ -43,12 +44,8 @@ namespace ptrack::pg {
 
 namespace {
 
-static_assert(noexcept(map.segment_pagemap(RelFork{}, 0, 0, 0, nullptr, true)), "engine must not throw");
-static_assert(noexcept(map.segment_may_have_changed(RelFork{}, 0, 0)), "engine must not throw");
-static_assert(noexcept(pagemap_set_all(nullptr, 0)), "engine must not throw");
-static_assert(noexcept(pagemap_trimmed_length(nullptr, 0)), "engine must not throw");
-static_assert(noexcept(pagemap_set_from(nullptr, 0, 0)), "engine must not throw");
-static_assert(noexcept(limits.first_changed_block(RelFork{}, 0)), "engine must not throw");
+PTRACK_ENGINE_NOEXCEPT(&Map::segment_pagemap, &Map::segment_may_have_changed, &pagemap_set_all,
+                       &pagemap_trimmed_length, &pagemap_bytes, &pagemap_set_from, &LimitTable::first_changed_block);
 
 /* The start_lsn argument: not NULL, not older than ptrack_init_lsn(), not ahead of the WAL. */
 Lsn checked_start_lsn(FunctionCallInfo fcinfo)
@@ -96,6 +93,7 @@ struct PagemapScan {
     RelSegment limited;   /* the file file_may_have_changed() looked at last */
     uint32_t limit_first; /* its first block changed by a limit, counted in the segment; RELSEG_SIZE if none */
 };
+PTRACK_FRAME_SAFE(PagemapScan);
 
 /*
  * The first block of segment file `segment` that the limit table lists

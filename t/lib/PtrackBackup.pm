@@ -1,15 +1,18 @@
 # Copyright (c) the ptrack authors
 #
 # PtrackBackup.pm -- a minimal, honest incremental backup tool built on
-# ptrack_get_pagemapset(), for the round-trip test (t/003) and the README's
-# main job (scripts/main-job.pl).  It does what a real tool (pg_probackup's
-# ptrack mode) does, in as few moving parts as possible:
+# ptrack_get_pagemapset(), for the round-trip tests (t/003, t/014) and the
+# README's main job (scripts/main-job.pl).  It does what a real tool
+# (pg_probackup's ptrack mode) does, in as few moving parts as possible:
 #
 #   full_backup($node, $dir)                 pg_basebackup + a file listing
 #   incremental_backup($node, $dir, $since, $prev_dir)
 #                                            changed blocks since $since
 #   restore($full_dir, $incr_dir, $target)   full + incremental -> data dir
-#   compare_clusters($src, $dst)             row digests + amcheck
+#
+# What checks ptrack's answer and the restored cluster is in PtrackVerify.pm
+# (incremental_backup() calls its checks on what it reads; compare_clusters
+# compares the restored cluster with its source).
 #
 # The one rule it relies on (docs/design.md section 1): a relation segment file
 # without a pagemap row, and every block without its bit, is unchanged since
@@ -92,8 +95,10 @@ use File::Path qw(make_path remove_tree);
 use IPC::Run;
 use Time::HiRes ();
 
-our @EXPORT_OK =
-  qw(full_backup incremental_backup restore compare_clusters read_manifest);
+use PtrackVerify
+  qw(new_check_stats check_pagemap_row check_marked check_copied_page);
+
+our @EXPORT_OK = qw(full_backup incremental_backup restore read_manifest);
 
 use constant BLCKSZ => 8192;
 
@@ -502,32 +507,12 @@ sub full_backup
 #                          call alone (count(*) over it, no output), the
 #                          first call in the backup's session
 #   pagemapset_warm_ms     the same, called again in that session
-#   unmarked_new_blocks    blocks that ptrack must have listed and did not:
-#                          in the listing taken before the query, beyond
-#                          the previous backup's length of the file (or in
-#                          a file the previous backup did not have), so they
-#                          were extended after $since; non-zero on disk (a
-#                          never-written hole, e.g. from hash index bucket
-#                          allocation, is fine).  Exact on a quiescent
-#                          server; under concurrent writes a page filled
-#                          after the query can show up here.
-#   unmarked_examples      the first few such path:block
-#   pagecount_mismatch     rows whose pagecount is not the number of bits
-#                          set in their pagemap
-#   pagecount_examples     the first few such rows
-#   unknown_pagemap_paths  rows whose path is not a permanent relation file,
-#                          neither in the listing taken before the query nor
-#                          in one taken after it (a file created in between
-#                          is in the second)
-#   unknown_examples       the first few such paths, with what each listing
-#                          and the disk say about them
-#   old_lsn_pages          copied pages (FSM and never-initialised pages
-#                          aside) whose page LSN is older than $since:
-#                          false positives, or pages whose only change
-#                          since then does not set the page LSN (hint
-#                          bits; visibility map bits cleared by a heap
-#                          change); an upper bound of the false positives
+#   unknown_examples       the first few rows naming no permanent relation
+#                          file, with what each listing and the disk say
 #   elapsed_s
+# and the verdicts of PtrackVerify's checks on ptrack's answer
+# (pagecount_mismatch, unknown_pagemap_paths, unmarked_new_blocks,
+# unmarked_examples, old_lsn_pages: see PtrackVerify.pm).
 # Options: filter_pagemap => sub { my ($path, $bits) = @_; ... return $bits }
 # lets a test damage the pagemap on purpose (a negative control);
 # after_listing => sub { ... } runs between the listing and the
@@ -544,15 +529,13 @@ sub incremental_backup
 	make_path("$dir/files", "$dir/delta", "$dir/wal");
 
 	my %st = (
-		map { $_ => 0 }
-		  qw(files db_bytes whole_files whole_bytes delta_files
-		  changed_pages unchanged_files wal_segments wal_bytes
-		  pagemap_rows pagemap_pages unmarked_new_blocks
-		  vanished_files pagecount_mismatch unknown_pagemap_paths
-		  old_lsn_pages));
-	$st{unmarked_examples} = [];
-	$st{unknown_examples} = [];
-	$st{pagecount_examples} = [];
+		(
+			map { $_ => 0 }
+			  qw(files db_bytes whole_files whole_bytes delta_files
+			  changed_pages unchanged_files wal_segments wal_bytes
+			  pagemap_rows pagemap_pages vanished_files)
+		),
+		new_check_stats());
 
 	my $s = PtrackBackup::Session->new($node, 'postgres');
 	my $ns = $s->query(
@@ -599,19 +582,7 @@ sub incremental_backup
 		my ($path, $count, $hex) = @$r;
 		my $b = unpack('b*', pack('H*', $hex));
 		$b = $opt{filter_pagemap}->($path, $b) if $opt{filter_pagemap};
-		my $set = ($b =~ tr/1//);
-		if ($set != $count)
-		{
-			$st{pagecount_mismatch}++;
-			my @first;
-			my $blk = -1;
-			push @first, $blk
-			  while @first < 10 && ($blk = index($b, '1', $blk + 1)) >= 0;
-			push @{ $st{pagecount_examples} },
-			  "$path: pagecount $count, $set bits set in its pagemap"
-			  . (@first ? " (blocks @first" . ($set > 10 ? ' ...)' : ')') : '')
-			  if @{ $st{pagecount_examples} } < 10;
-		}
+		check_pagemap_row($path, $count, $b, \%st);
 		$st{pagemap_rows}++;
 		$st{pagemap_pages} += $count;
 		$st{pagemap}{$path} = $count;
@@ -660,7 +631,7 @@ sub incremental_backup
 		{
 			if ($e->{relation})
 			{
-				_check_marked($datadir, $path, 0, $e->{size}, $bits{$path},
+				check_marked($datadir, $path, 0, $e->{size}, $bits{$path},
 					\%st);
 			}
 			my $n = _copy_file("$datadir/$path", "$dir/files/$path");
@@ -675,7 +646,7 @@ sub incremental_backup
 			next;
 		}
 
-		_check_marked($datadir, $path, $old->{size}, $e->{size},
+		check_marked($datadir, $path, $old->{size}, $e->{size},
 			$bits{$path}, \%st);
 		my $b = $bits{$path};
 		if (!defined $b)
@@ -685,8 +656,8 @@ sub incremental_backup
 			next;
 		}
 		my $pages = _copy_blocks("$datadir/$path", "$dir/delta/$path", $b,
-			$e->{size}, $path =~ /_fsm(?:\.\d+)?$/ ? undef : $since_int,
-			\%st);
+			$e->{size},
+			sub { check_copied_page($path, $_[0], $since_int, \%st) });
 		if (!defined $pages)
 		{
 			$st{vanished_files}++;
@@ -809,11 +780,10 @@ sub _listed_as
 # Copies the blocks whose bit is set and that lie below $size; returns the
 # number copied, or undef if the file vanished.  A block beyond the file's
 # current end (it was truncated after the listing) is skipped: WAL replay
-# truncates it.  With $since_int, counts the copied pages whose pd_lsn is
-# older than it in $st->{old_lsn_pages}.
+# truncates it.  Each page copied is shown to $on_page->($page) first.
 sub _copy_blocks
 {
-	my ($from, $to, $bits, $size, $since_int, $st) = @_;
+	my ($from, $to, $bits, $size, $on_page) = @_;
 	my $in;
 	unless (sysopen($in, $from, O_RDONLY))
 	{
@@ -836,14 +806,7 @@ sub _copy_blocks
 		my $n = sysread($in, my $page, BLCKSZ);
 		croak "could not read \"$from\": $!" unless defined $n;
 		last if $n < BLCKSZ;    # truncated meanwhile
-		if (defined $since_int)
-		{
-			# PageHeaderData: pd_lsn (two native uint32: high, low), ...,
-			# pd_upper at offset 14 (0 in a page never initialised).
-			my ($hi, $lo, $upper) = unpack('L L x6 S', $page);
-			$st->{old_lsn_pages}++
-			  if $upper != 0 && $hi * 4294967296 + $lo < $since_int;
-		}
+		$on_page->($page);
 		my $rec = pack('N', $blk) . $page;
 		syswrite($out, $rec) == length($rec)
 		  or croak "could not write \"$to\": $!";
@@ -852,39 +815,6 @@ sub _copy_blocks
 	close($out) or croak "could not write \"$to\": $!";
 	close($in);
 	return $copied;
-}
-
-# Counts the blocks in [$from_size, $to_size) of a listed relation file that
-# ptrack did not mark although they hold data (see incremental_backup).
-sub _check_marked
-{
-	my ($datadir, $path, $from_size, $to_size, $bits, $st) = @_;
-	return if $path =~ /_fsm(?:\.\d+)?$/;    # listed whole by ptrack anyway
-	my $first = int($from_size / BLCKSZ);
-	my $last = int($to_size / BLCKSZ);       # exclusive
-	return if $first >= $last;
-	my @missing;
-	for my $blk ($first .. $last - 1)
-	{
-		next if defined $bits && $blk < length($bits)
-		  && substr($bits, $blk, 1) eq '1';
-		push @missing, $blk;
-	}
-	return unless @missing;
-	open(my $fh, '<', "$datadir/$path") or return;
-	binmode $fh;
-	for my $blk (@missing)
-	{
-		sysseek($fh, $blk * BLCKSZ, SEEK_SET) or last;
-		my $n = sysread($fh, my $page, BLCKSZ);
-		last unless $n && $n == BLCKSZ;
-		next if $page !~ /[^\0]/;    # a hole that was never written
-		$st->{unmarked_new_blocks}++;
-		push @{ $st->{unmarked_examples} }, "$path:$blk"
-		  if @{ $st->{unmarked_examples} } < 10;
-	}
-	close($fh);
-	return;
 }
 
 # ---------------------------------------------------------------------------
@@ -1064,136 +994,6 @@ sub restore
 		_write_file("$target/tablespace_map", $map);
 	}
 	return \%st;
-}
-
-# ---------------------------------------------------------------------------
-# Verification
-# ---------------------------------------------------------------------------
-
-# Compares every permanent table (relkind r and m, i.e. also the leaves of
-# partitioned tables) of every database but template0 between $src and $dst,
-# by row count and an order-independent digest of the rows' text: the sum,
-# over rows, of the two 64-bit halves of md5(row::text), kept in numeric so
-# that it cannot overflow.  That streams (no sort, no 1 GB string limit) and
-# any changed, lost or extra row changes it.  Sequences are not compared:
-# nextval() WAL-logs 32 values ahead, so a restored sequence legitimately
-# runs ahead of its source.  Then runs amcheck on $dst:
-# bt_index_check(heapallindexed) on every btree index and verify_heapam on
-# every heap, toast and matview relation, catalogs included.
-# Returns the list of problems (empty = identical and clean).  With
-# report => \%r, fills $r{tables} = [ [db, table, rows, 'MATCH'|'MISMATCH'] ]
-# and $r{amcheck} = { indexes, relations, problems => [...] }.
-sub compare_clusters
-{
-	my ($src, $dst, %opt) = @_;
-	my $report = $opt{report} // {};
-	$report->{tables} = [];
-	my @problems;
-
-	my $dbq = "SELECT datname FROM pg_database "
-	  . "WHERE datname <> 'template0' AND datallowconn ORDER BY 1";
-	my @src_dbs = split /\n/, $src->safe_psql('postgres', $dbq);
-	my @dst_dbs = split /\n/, $dst->safe_psql('postgres', $dbq);
-	push @problems, "databases differ: [@src_dbs] vs [@dst_dbs]"
-	  if "@src_dbs" ne "@dst_dbs";
-	my %on_dst = map { $_ => 1 } @dst_dbs;
-
-	my $tq = "SELECT c.oid::regclass::text FROM pg_class c "
-	  . "JOIN pg_namespace n ON n.oid = c.relnamespace "
-	  . "WHERE c.relkind IN ('r', 'm') AND c.relpersistence = 'p' "
-	  . "AND n.nspname <> 'information_schema' AND n.nspname !~ '^pg_' "
-	  . "ORDER BY 1";
-	for my $db (grep { $on_dst{$_} } @src_dbs)
-	{
-		my @src_t = split /\n/, $src->safe_psql($db, $tq);
-		my @dst_t = split /\n/, $dst->safe_psql($db, $tq);
-		push @problems, "$db: tables differ: [@src_t] vs [@dst_t]"
-		  if "@src_t" ne "@dst_t";
-		my %t_dst = map { $_ => 1 } @dst_t;
-		my @tables = grep { $t_dst{$_} } @src_t;
-		next unless @tables;
-		my $sql = join '',
-		  map {
-			"SELECT count(*), "
-			  . "coalesce(sum(('x' || substr(h, 1, 16))::bit(64)::bigint::numeric), 0), "
-			  . "coalesce(sum(('x' || substr(h, 17, 16))::bit(64)::bigint::numeric), 0) "
-			  . "FROM (SELECT md5(ptrack_row__::text) AS h FROM $_ ptrack_row__) d;\n"
-		  } @tables;
-		my @a = split /\n/, $src->safe_psql($db, $sql);
-		my @b = split /\n/, $dst->safe_psql($db, $sql);
-		for my $i (0 .. $#tables)
-		{
-			my ($rows) = split /\|/, $a[$i];
-			my $same = $a[$i] eq ($b[$i] // '');
-			push @{ $report->{tables} },
-			  [ $db, $tables[$i], $rows, $same ? 'MATCH' : 'MISMATCH' ];
-			push @problems,
-			  "$db: $tables[$i]: source $a[$i], restored " . ($b[$i] // 'none')
-			  unless $same;
-		}
-	}
-
-	my %am = (indexes => 0, relations => 0, problems => []);
-	for my $db (@dst_dbs)
-	{
-		my $out = $dst->safe_psql($db, <<'EOSQL');
-SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS amcheck;
-CREATE TEMP TABLE ptrack_amcheck (kind text, obj text, msg text);
-DO $do$
-DECLARE
-	r record;
-BEGIN
-	FOR r IN SELECT c.oid, c.oid::regclass::text AS name
-		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-		JOIN pg_am a ON a.oid = c.relam
-		WHERE a.amname = 'btree' AND c.relpersistence <> 't'
-		AND i.indisvalid AND i.indisready
-	LOOP
-		BEGIN
-			PERFORM bt_index_check(r.oid, true);
-			INSERT INTO ptrack_amcheck VALUES ('index', r.name, NULL);
-		EXCEPTION WHEN OTHERS THEN
-			INSERT INTO ptrack_amcheck VALUES ('index', r.name, SQLERRM);
-		END;
-	END LOOP;
-	FOR r IN SELECT c.oid, c.oid::regclass::text AS name FROM pg_class c
-		WHERE c.relkind IN ('r', 'm', 't') AND c.relpersistence <> 't'
-	LOOP
-		BEGIN
-			INSERT INTO ptrack_amcheck
-			SELECT 'heap', r.name, format('block %s offset %s attnum %s: %s',
-				v.blkno, v.offnum, v.attnum, v.msg)
-			FROM verify_heapam(r.oid, on_error_stop => false,
-				check_toast => true) v;
-			INSERT INTO ptrack_amcheck VALUES ('heap', r.name, NULL);
-		EXCEPTION WHEN OTHERS THEN
-			INSERT INTO ptrack_amcheck VALUES ('heap', r.name, SQLERRM);
-		END;
-	END LOOP;
-END
-$do$;
-SELECT 'count', count(DISTINCT obj) FILTER (WHERE kind = 'index'),
-	count(DISTINCT obj) FILTER (WHERE kind = 'heap') FROM ptrack_amcheck;
-SELECT 'problem', kind, obj, msg FROM ptrack_amcheck WHERE msg IS NOT NULL;
-EOSQL
-		for my $line (split /\n/, $out)
-		{
-			my @f = split /\|/, $line, 4;
-			if ($f[0] eq 'count')
-			{
-				$am{indexes} += $f[1];
-				$am{relations} += $f[2];
-			}
-			elsif ($f[0] eq 'problem')
-			{
-				push @{ $am{problems} }, "$db: amcheck $f[1] $f[2]: $f[3]";
-			}
-		}
-	}
-	$report->{amcheck} = \%am;
-	push @problems, @{ $am{problems} };
-	return @problems;
 }
 
 1;
