@@ -310,7 +310,22 @@ for my $attempt (1 .. 10)
 	# The first flush of a checkpointer writes the whole map through
 	# ptrack.map.tmp (later ones append to ptrack.map.delta): restart, so that
 	# the CHECKPOINT below is that first flush.
-	$node->restart;
+	# With WAL capture, a restarted follower process (not server: after a
+	# restart it saves at once, on reading the shutdown checkpoint) makes
+	# that first, whole save at the next checkpoint record.
+	if ($saver eq 'checkpointer')
+	{
+		$node->restart;
+	}
+	else
+	{
+		my $old = $node->safe_psql('postgres',
+			"SELECT pid FROM pg_stat_activity WHERE backend_type = '$saver'");
+		$node->safe_psql('postgres', "SELECT pg_terminate_backend($old)");
+		$node->poll_query_until('postgres',
+			"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = '$saver' AND pid <> $old")
+		  or die "the $saver did not restart";
+	}
 	$node->safe_psql('postgres',
 		"UPDATE pgbench_accounts SET abalance = abalance + $attempt WHERE aid % 7 = $attempt % 7");
 	my $checkpointer = $node->safe_psql('postgres',
