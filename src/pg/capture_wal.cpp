@@ -362,6 +362,12 @@ void sleep_until_woken()
 {
     (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, kIdlePollMs, PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
+    /*
+     * Absorb procsignal barriers: CREATE/DROP DATABASE (and their redo on a
+     * standby) wait until every process has released its smgr handles; a
+     * follower that only slept would stall them, and on a standby replay.
+     */
+    CHECK_FOR_INTERRUPTS();
     if (ConfigReloadPending) {
         ConfigReloadPending = false;
         ProcessConfigFile(PGC_SIGHUP);
@@ -396,8 +402,9 @@ void follow()
         RESUME_INTERRUPTS();
         if (was_reading && follower.started)
             restart_after_read_error();
-        /* Never spin on a persistent error. */
-        (void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1000, PG_WAIT_EXTENSION);
+        /* Never spin on a persistent error (but keep absorbing barriers while waiting). */
+        for (int i = 0; i < 20 && !shutdown_requested; ++i)
+            sleep_until_woken();
     }
     PG_exception_stack = &local_sigjmp_buf;
 
@@ -517,6 +524,8 @@ void ptrack_wal_follower_main(Datum)
 {
     pqsignal(SIGTERM, follower_sigterm);
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
+    /* A cancel must not abort a read (that would restart tracking); only SIGTERM stops the follower. */
+    pqsignal(SIGINT, SIG_IGN);
     BackgroundWorkerUnblockSignals();
     BackgroundWorkerInitializeConnection(NULL, NULL, 0);
     follower.cxt = AllocSetContextCreate(TopMemoryContext, "ptrack WAL follower", ALLOCSET_DEFAULT_SIZES);
