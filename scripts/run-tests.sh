@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-tests.sh -- the README's test command: builds everything it needs and
-# runs every suite (engine unit tests, pg_regress, TAP) against the patched
-# server.
+# runs every suite (engine unit tests, pg_regress, TAP, and the check that a
+# Debian cluster starts on the patched server) against the patched server.
 #
 # PostgreSQL refuses to run as root, and CI runs as root: in that case the
 # server-side suites run as an unprivileged user (ptrack_test, created if
@@ -33,6 +33,7 @@ make -s PG_CONFIG="$pg_config" install
 suites=(installcheck installcheck-off "$@")
 if [ "$(id -u)" -ne 0 ]; then
     make PG_CONFIG="$pg_config" "${suites[@]}"
+    echo "run-tests: scripts/test-debian-cluster.sh NOT run (it needs root)" >&2
     exit 0
 fi
 
@@ -43,6 +44,9 @@ cp -a "$repo/." "$work/tree"
 chown -R ptrack_test "$work"
 status=0
 runuser -u ptrack_test -- make -C "$work/tree" PG_CONFIG="$pg_config" "${suites[@]}" || status=$?
+# A cluster made by Debian's pg_createcluster must start unchanged on the
+# patched server (SSL, ICU, lz4...).
+scripts/test-debian-cluster.sh "$prefix" || status=1
 rm -rf "$repo/test-logs"
 mkdir -p "$repo/test-logs"
 for f in regression.diffs regression.out tmp_check/log results; do
