@@ -11,8 +11,22 @@
 # a cache outside the repository.  PG_CONFIG selects another server built
 # with the same patch.
 
-PATCHED_PREFIX := $(shell scripts/build-postgres.sh --print-prefix)
-PG_CONFIG ?= $(PATCHED_PREFIX)/bin/pg_config
+# Goals that need no server: PGXS is not loaded when only these are asked for.
+NO_SERVER_GOALS = pg-prefix patched-server unittest
+SERVER_GOALS := $(filter-out $(NO_SERVER_GOALS),$(or $(MAKECMDGOALS),all))
+
+ifneq ($(SERVER_GOALS),)
+ifeq ($(origin PG_CONFIG),undefined)
+PATCHED_PREFIX := $(shell scripts/build-postgres.sh --print-prefix 2>/dev/null)
+PG_CONFIG := $(PATCHED_PREFIX)/bin/pg_config
+MISSING_SERVER = ptrack: no patched PostgreSQL server at $(or $(PATCHED_PREFIX),<unknown prefix>): run scripts/build-postgres.sh first (or give PG_CONFIG=/path/to/pg_config)
+else
+MISSING_SERVER = ptrack: PG_CONFIG=$(PG_CONFIG) not found (scripts/build-postgres.sh builds the patched server)
+endif
+ifeq ($(shell command -v '$(PG_CONFIG)' 2>/dev/null),)
+$(error $(MISSING_SERVER))
+endif
+endif
 
 MODULE_big = ptrack
 EXTENSION = ptrack
@@ -50,7 +64,7 @@ EXTRA_CLEAN = t/unit/engine_tests tmp_check tmp_check_regress tmp_check_regress_
 # No LLVM bitcode: the extension is C++ and the patched server is built without LLVM.
 override with_llvm = no
 
-ifneq ($(filter pg-prefix,$(MAKECMDGOALS)),pg-prefix)
+ifneq ($(SERVER_GOALS),)
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 endif
@@ -88,7 +102,7 @@ check-no-throw: $(shlib)
 	fi
 
 pg-prefix:
-	@echo $(PATCHED_PREFIX)
+	@scripts/build-postgres.sh --print-prefix
 
 patched-server:
 	scripts/build-postgres.sh >/dev/null

@@ -9,42 +9,89 @@
 # be built and tested against a server compiled from source with our patch.
 # This script does that in one command, on a bare Debian 12 machine, using
 # nothing but Debian's package archive: it fetches the postgresql-15 source
-# package with apt, applies our patch, configures a production-like build
-# (no assertions) with TAP tests enabled, and installs the server, a few
-# contrib modules and the PGXS test infrastructure (pg_regress, the
+# package with apt, applies our patch, configures it with the options of
+# Debian's own postgresql-15 build (so that a cluster made by Debian's tools
+# starts on it unchanged: ssl = on, ICU collations, lz4/zstd compression,
+# PAM/LDAP/GSSAPI authentication...) plus TAP tests, and installs the server,
+# a few contrib modules and the PGXS test infrastructure (pg_regress, the
 # PostgreSQL::Test::* perl modules) into a prefix outside the repository.
-#
-# The prefix is keyed on the PostgreSQL version and the patch contents, so a
-# second run with the same inputs reuses the finished install and returns at
-# once; a changed patch or a new minor release gets a fresh prefix.
+# scripts/test-debian-cluster.sh checks the drop-in claim.
 #
 # Usage:
 #   scripts/build-postgres.sh                 build if needed; the last (and
 #                                             only) line on stdout is the prefix
-#   scripts/build-postgres.sh --print-prefix  print the prefix that would be
-#                                             used; never builds, no network
+#   scripts/build-postgres.sh --print-prefix  print the prefix the next build
+#                                             produces (or has produced);
+#                                             never builds
 #
 # Environment:
 #   PTRACK_PG_CACHE     cache root (default /var/cache/ptrack-pg)
-#   PTRACK_PG_VERSION   override the Debian version used as the key (and
-#                       fetched first); normally left unset
+#   PTRACK_PG_VERSION   build exactly this postgresql-15 source version (no
+#                       fallback to another one); normally left unset
 #
-# Which version is built (one rule, the same before and after a build):
-#   the key is the version of the installed binary package postgresql-15
-#   (dpkg-query); if that package is not installed, apt's candidate version
-#   of it.  Exactly that source version is fetched with
-#   `apt-get source postgresql-15=<key>`.  If the archive cannot serve that
-#   exact source (e.g. a security update whose source pool is unreachable),
-#   the newest postgresql-15 source version apt knows of that *can* be
-#   fetched is used instead; the version actually built is recorded in
-#   $PREFIX/.ptrack-build-stamp and reported on stderr.
+# The cache key is what is built, nothing else:
+#   prefix = <cache>/pg-<source version>-<patch hash>-<options hash>
+#   - source version: the Debian version of the postgresql-15 *source*
+#     package fetched.  Rule: the newest source version apt knows of
+#     (apt-cache showsrc) that the archive actually serves; when it does not
+#     serve one (a mirror may list a security update's source without
+#     carrying its files), the next older one, and so on.  The installed
+#     postgresql-15 / postgresql-server-dev-15 binary packages play no part:
+#     upgrading them changes neither the prefix nor what is built.
+#   - patch hash: the first 12 hex digits of the patch's sha256.
+#   - options hash: the first 12 hex digits of the sha256 of CONFIGURE_OPTS
+#     and CONTRIB_MODULES below.
+#
+# How --print-prefix knows the source version without downloading it: the
+# choice is recorded in <cache>/source-choice together with the list of
+# source versions apt knew when it was made.  While apt's list is the same
+# (installing or upgrading binary packages does not change it; only a new
+# source upload seen by apt-get update does), the recorded choice is used:
+# no network, well under a second.  Otherwise the rule above is applied
+# again by probing each candidate's .dsc (a few KB, apt-helper
+# download-file), newest first, and the result is recorded.  The build
+# applies the same rule (it fetches the recorded/probed version first and
+# falls back in the same order) and records the version it actually
+# fetched, so --print-prefix and the next build always agree.  Without apt
+# source lists (apt-get update not run, lists deleted) the recorded choice
+# is used; with neither, --print-prefix fails and says to run this script,
+# which adds deb-src entries and runs apt-get update.  Offline, with no
+# record for apt's current list, both modes take the newest candidate that
+# is already built (print mode: else the newest candidate), with a warning.
+# Delete <cache>/source-choice to force a new probe.
+#
+# Configure options: Debian's (`/usr/lib/postgresql/15/bin/pg_config
+# --configure` of postgresql-15), except:
+#   - no --with-llvm (JIT): every backend and contrib source file would also
+#     be compiled to LLVM bitcode by clang (measured on 20 backend files:
+#     80% of the CPU time gcc needs for them, so about +50% on the whole
+#     build), plus llvmjit's C++ files against the LLVM headers; and PGXS
+#     would then want bitcode for our C++ sources too.  JIT only speeds up
+#     long analytical queries; a Debian cluster (jit = on by default) runs
+#     unchanged without it: the JIT provider is not found and queries are
+#     simply not compiled.
+#   - none of Debian's install layout (bindir, sysconfdir, --disable-rpath..):
+#     everything is installed under the prefix, found through rpath.
+#   - --enable-tap-tests and --enable-debug are kept (Debian has both);
+#     --enable-dtrace is kept (it costs seconds: one probe header and
+#     object).
+# The needed -dev packages are installed from Debian's archive (BUILD_DEPS).
+# Build time with these options, measured on the 2-core development VM
+# (2026-12-01, empty cache, -dev packages already installed, make -j2), on
+# a machine shared with other builds and pgbench loads (load average 10-15):
+#   28m52s and 40m02s wall; 11m57s and 11m27s of CPU (user + sys).
+# On an idle 2-core machine that is about 6-7 minutes (CPU / 2, plus the
+# serial configure and install steps); for comparison, the previous minimal
+# configuration (no SSL, ICU, LZ4, ..., PLs) built in 274 s wall there while
+# the machine was still lightly loaded (load average ~2).
 #
 # Layout under the cache root:
-#   pg-<key>-<patchhash>/             the install prefix (bin, lib, include..)
-#   pg-<key>-<patchhash>/.ptrack-build-stamp   written last = install complete
-#   pg-<key>-<patchhash>.build/       source + build tree (wiped per build)
-#   pg-<key>-<patchhash>.log          full build log
-#   .lock                             flock serialising concurrent builds
+#   pg-<key>/                        the install prefix (bin, lib, include..)
+#   pg-<key>/.ptrack-build-stamp     written last = install complete
+#   pg-<key>.build/                  source + build tree (wiped per build)
+#   pg-<key>.log                     full build log
+#   source-choice                    the source version rule's last answer
+#   .lock                            flock serialising concurrent builds
 #
 # The source is unpacked with Debian's packaging patches NOT applied
 # (dpkg-source --skip-patches), i.e. it is upstream PostgreSQL.  Debian's
@@ -57,10 +104,31 @@ set -euo pipefail
 
 PKG=postgresql-15
 CONTRIB_MODULES=(amcheck pageinspect pg_walinspect pg_prewarm)
+# Debian's options (see the header), without the install layout and LLVM.
+# Part of the cache key: change them and the next build gets a new prefix.
+CONFIGURE_OPTS=(
+	--enable-tap-tests --enable-debug --enable-nls --enable-thread-safety
+	--enable-dtrace
+	--with-openssl --with-icu --with-lz4 --with-zstd
+	--with-libxml --with-libxslt
+	--with-pam --with-ldap --with-gssapi --with-systemd --with-selinux
+	--with-uuid=e2fs --with-readline --with-zlib
+	--with-perl --with-python --with-tcl
+	--with-system-tzdata=/usr/share/zoneinfo --with-pgport=5432
+	PYTHON=/usr/bin/python3
+	"CFLAGS=-g -O2 -fstack-protector-strong -Wformat -Werror=format-security -fno-omit-frame-pointer"
+	"CPPFLAGS=-Wdate-time -D_FORTIFY_SOURCE=2"
+	"LDFLAGS=-Wl,-z,relro -Wl,-z,now"
+)
 BUILD_DEPS=(bison flex dpkg-dev libreadline-dev zlib1g-dev libipc-run-perl
-            perl make gcc libc6-dev patch bzip2 xz-utils)
+            perl make gcc libc6-dev patch bzip2 xz-utils pkg-config gettext
+            libssl-dev libicu-dev liblz4-dev libzstd-dev libxml2-dev
+            libxslt1-dev libpam0g-dev libldap2-dev libkrb5-dev libsystemd-dev
+            libselinux1-dev uuid-dev libperl-dev python3-dev tcl-dev
+            systemtap-sdt-dev)
 HOOK_SYMBOLS=(mdextend_hook mdwrite_hook copydir_hook ProcessSyncRequests_hook)
 DEB_SRC_FILE=/etc/apt/sources.list.d/ptrack-deb-src.sources
+STAMP_NAME=.ptrack-build-stamp
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
@@ -90,6 +158,7 @@ CACHE_ROOT=${PTRACK_PG_CACHE:-/var/cache/ptrack-pg}
 [[ $CACHE_ROOT == /* ]] || CACHE_ROOT=$(pwd)/$CACHE_ROOT
 CACHE_ROOT=${CACHE_ROOT%/}
 [[ -n $CACHE_ROOT ]] || die "PTRACK_PG_CACHE must not be /"
+CHOICE_FILE=$CACHE_ROOT/source-choice
 
 [[ -f $PATCH_FILE ]] || die "patch not found: $PATCH_FILE"
 
@@ -103,56 +172,137 @@ fi
 
 # --- the cache key ----------------------------------------------------------
 
-# The Debian version of postgresql-15 this build is keyed on (see header).
-key_version() {
+PATCH_HASH=$(sha256sum "$PATCH_FILE" | cut -c1-12)
+OPTIONS_HASH=$(printf '%s\n' "${CONFIGURE_OPTS[@]}" "contrib: ${CONTRIB_MODULES[*]}" |
+	sha256sum | cut -c1-12)
+
+prefix_for() {
+	local safe
+	# Keep the path shell/make friendly: an epoch colon or other odd
+	# characters become underscores.
+	safe=$(printf '%s' "$1" | tr -c 'A-Za-z0-9.+-' '_')
+	printf '%s/pg-%s-%s-%s\n' "$CACHE_ROOT" "$safe" "$PATCH_HASH" "$OPTIONS_HASH"
+}
+
+# Newest first, space-separated: every postgresql-15 source version apt
+# knows of (local package lists only, no network).
+known_source_versions() {
+	apt-cache showsrc "$PKG" 2>/dev/null |
+		awk -v pkg="$PKG" '$1 == "Package:" { cur = $2 } $1 == "Version:" && cur == pkg { print $2 }' |
+		sort -u | sort -r -V | paste -sd' ' -
+}
+
+# The recorded choice (see the header); with an argument, only if it was
+# made from that same list of candidates.
+recorded_choice() {
+	local cands chosen
+	[[ -f $CHOICE_FILE ]] || return 1
+	cands=$(sed -n 's/^candidates=//p' "$CHOICE_FILE")
+	chosen=$(sed -n 's/^chosen=//p' "$CHOICE_FILE")
+	[[ -n $chosen ]] || return 1
+	[[ $# -eq 0 || $cands == "$1" ]] || return 1
+	printf '%s\n' "$chosen"
+}
+
+# Best effort (the cache may not be writable by this user), atomic.
+record_choice() {
+	local tmp=$CHOICE_FILE.tmp.$$
+	[[ -d $CACHE_ROOT && -w $CACHE_ROOT ]] || return 0
+	printf 'candidates=%s\nchosen=%s\n' "$1" "$2" >"$tmp" 2>/dev/null &&
+		mv -f "$tmp" "$CHOICE_FILE" 2>/dev/null || rm -f "$tmp" 2>/dev/null || true
+}
+
+# Does the archive serve this source version?  Fetches only its .dsc.
+source_available() {
+	local uri dir rc=0
+	uri=$(apt-get source --print-uris "$PKG=$1" 2>/dev/null |
+		awk '$2 ~ /\.dsc$/ { u = $1; gsub(/\047/, "", u); print u; exit }')
+	[[ -n $uri ]] || return 1
+	dir=$(mktemp -d)
+	/usr/lib/apt/apt-helper -o APT::Sandbox::User=root -o Acquire::Retries=0 \
+		-o Acquire::http::Timeout=20 download-file "$uri" "$dir/probe.dsc" \
+		>/dev/null 2>&1 || rc=$?
+	rm -rf "$dir"
+	return $rc
+}
+
+# The source version rule (see the header).  Sets CANDIDATES and
+# SOURCE_VERSION; returns 1 if apt knows no source and nothing is recorded,
+# 2 if no candidate could be reached.
+resolve_source_version() {
+	local v
+	SOURCE_VERSION=""
+	CANDIDATES=""
 	if [[ -n ${PTRACK_PG_VERSION:-} ]]; then
-		printf '%s\n' "$PTRACK_PG_VERSION"
+		SOURCE_VERSION=$PTRACK_PG_VERSION
 		return 0
 	fi
-	local status version
-	status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG" 2>/dev/null || true)
-	if [[ $status == ii* ]]; then
-		dpkg-query -W -f='${Version}\n' "$PKG"
-		return 0
+	CANDIDATES=$(known_source_versions)
+	if [[ -z $CANDIDATES ]]; then
+		SOURCE_VERSION=$(recorded_choice) && return 0
+		return 1
 	fi
-	version=$(apt-cache policy "$PKG" 2>/dev/null | awk '$1 == "Candidate:" { print $2 }')
-	if [[ -n $version && $version != "(none)" ]]; then
-		printf '%s\n' "$version"
-		return 0
-	fi
+	SOURCE_VERSION=$(recorded_choice "$CANDIDATES") && return 0
+	for v in $CANDIDATES; do
+		if source_available "$v"; then
+			SOURCE_VERSION=$v
+			record_choice "$CANDIDATES" "$v"
+			return 0
+		fi
+	done
+	SOURCE_VERSION=""
+	return 2
+}
+
+# When no candidate can be reached (offline) and none is recorded for this
+# list: the newest candidate already built, if any.  Used by both modes.
+offline_choice() {
+	local v
+	for v in $CANDIDATES; do
+		if [[ -f $(prefix_for "$v")/$STAMP_NAME ]]; then
+			SOURCE_VERSION=$v
+			log "WARNING: no $PKG source version could be reached ($CANDIDATES); using the built $v"
+			return 0
+		fi
+	done
 	return 1
 }
 
-patch_hash() {
-	sha256sum "$PATCH_FILE" | cut -c1-12
-}
-
-compute_prefix() {
-	local version safe
-	version=$(key_version) || return 1
-	# Keep the path shell/make friendly: an epoch colon or other odd
-	# characters become underscores.
-	safe=$(printf '%s' "$version" | tr -c 'A-Za-z0-9.+-' '_')
-	printf '%s/pg-%s-%s\n' "$CACHE_ROOT" "$safe" "$(patch_hash)"
-}
-
 if [[ $MODE == print ]]; then
-	PREFIX=$(compute_prefix) ||
-		die "cannot tell the $PKG version: it is not installed and apt knows no candidate (install $PKG, run apt-get update, or set PTRACK_PG_VERSION)"
-	printf '%s\n' "$PREFIX" >&3
+	rc=0
+	resolve_source_version || rc=$?
+	case $rc in
+	0) ;;
+	1) die "apt knows no $PKG source package and no build is recorded in $CACHE_ROOT: run scripts/build-postgres.sh (it adds deb-src entries and runs apt-get update)" ;;
+	*)
+		# The next build cannot fetch anything either: name the best guess.
+		if ! offline_choice; then
+			SOURCE_VERSION=${CANDIDATES%% *}
+			log "WARNING: no $PKG source version could be reached ($CANDIDATES); assuming $SOURCE_VERSION"
+		fi
+		;;
+	esac
+	prefix_for "$SOURCE_VERSION" >&3
 	exit 0
 fi
 
 # --- build mode -------------------------------------------------------------
 
-STAMP_NAME=.ptrack-build-stamp
+# If the rule's answer is already built, print its prefix and stop.
+exit_if_built() {
+	local rc=0
+	resolve_source_version 2>/dev/null || rc=$?
+	[[ $rc -eq 0 ]] || { [[ $rc -eq 2 ]] && offline_choice; } || return 0
+	PREFIX=$(prefix_for "$SOURCE_VERSION")
+	if [[ -f $PREFIX/$STAMP_NAME ]]; then
+		log "up to date: $PREFIX"
+		printf '%s\n' "$PREFIX" >&3
+		exit 0
+	fi
+}
 
-# Fast path: a complete install needs neither the lock nor apt.
-if PREFIX=$(compute_prefix 2>/dev/null) && [[ -f $PREFIX/$STAMP_NAME ]]; then
-	log "up to date: $PREFIX"
-	printf '%s\n' "$PREFIX" >&3
-	exit 0
-fi
+# Fast path: a complete install needs neither the lock nor apt's network.
+exit_if_built
 
 as_root() {
 	if [[ $(id -u) -eq 0 ]]; then
@@ -172,7 +322,12 @@ if ! flock -n 9; then
 	flock 9
 fi
 
-LOG_FILE=""
+# Someone else may have finished this build while we waited for the lock.
+exit_if_built
+
+START=$(date +%s)
+LOG_FILE=$CACHE_ROOT/bootstrap.log
+: >"$LOG_FILE"
 
 # Run a command with its output appended to the build log; on failure show
 # the end of the log and stop.
@@ -190,6 +345,7 @@ run() {
 }
 
 export DEBIAN_FRONTEND=noninteractive
+
 
 have_deb_src() {
 	local f
@@ -282,6 +438,7 @@ derive_deb_src() {
 	done
 }
 
+
 ensure_apt_ready() {
 	local need_update=0 missing=() p status
 	if ! have_deb_src; then
@@ -293,7 +450,7 @@ ensure_apt_ready() {
 			"$stanzas" | as_root tee "$DEB_SRC_FILE" >/dev/null
 		need_update=1
 	fi
-	if [[ -z $(apt-cache showsrc "$PKG" 2>/dev/null | head -n1) ]]; then
+	if [[ -z $(known_source_versions) ]]; then
 		need_update=1
 	fi
 	if [[ $need_update -eq 1 ]]; then
@@ -314,80 +471,63 @@ ensure_apt_ready() {
 	fi
 }
 
-# Newest first: every postgresql-15 source version apt knows of.
-known_source_versions() {
-	apt-cache showsrc "$PKG" 2>/dev/null |
-		awk -v pkg="$PKG" '$1 == "Package:" { cur = $2 } $1 == "Version:" && cur == pkg { print $2 }' |
-		sort -u | sort -r -V
-}
-
-# Download the source package into the current directory; prints the
-# version actually fetched.
+# Download a source package into the current directory: the version the
+# rule chose first, then (unless PTRACK_PG_VERSION pins it) every other
+# known one, newest first.  Prints the version actually fetched.
 fetch_source() {
-	local want=$1 v
-	printf '\n==== apt-get source %s=%s\n' "$PKG" "$want" >>"$LOG_FILE"
-	if apt-get source --download-only "$PKG=$want" >>"$LOG_FILE" 2>&1; then
-		printf '%s\n' "$want"
-		return 0
-	fi
-	log "source $PKG=$want cannot be fetched; trying the other source versions apt knows"
-	while read -r v; do
-		[[ -n $v && $v != "$want" ]] || continue
+	local first=$1 v tried=()
+	for v in "$first" $([[ -n ${PTRACK_PG_VERSION:-} ]] || known_source_versions); do
+		[[ -n $v ]] || continue
+		[[ " ${tried[*]} " == *" $v "* ]] && continue
+		tried+=("$v")
 		rm -f ./*.dsc ./*.tar.* ./*.diff.gz
-		printf '\n==== apt-get source %s=%s\n' "$PKG" "$v" >>"$LOG_FILE"
+		printf '\n==== apt-get source --download-only %s=%s\n' "$PKG" "$v" >>"$LOG_FILE"
 		if apt-get source --download-only "$PKG=$v" >>"$LOG_FILE" 2>&1; then
 			printf '%s\n' "$v"
 			return 0
 		fi
-	done < <(known_source_versions)
+		log "source $PKG=$v cannot be fetched"
+	done
 	return 1
 }
 
-# The key may change once apt lists exist (package not installed, fresh
-# machine), so set apt up before computing the prefix in that case.
-START=$(date +%s)
-LOG_FILE=$CACHE_ROOT/bootstrap.log
-: >"$LOG_FILE"
-if ! PREFIX=$(compute_prefix 2>/dev/null) || ! have_deb_src; then
-	ensure_apt_ready
-	APT_READY=1
-else
-	APT_READY=0
-fi
-PREFIX=$(compute_prefix) ||
-	die "cannot tell the $PKG version: it is not installed and apt knows no candidate (install $PKG or set PTRACK_PG_VERSION)"
-KEY_VERSION=$(key_version)
+ensure_apt_ready
+rc=0
+resolve_source_version || rc=$?
+[[ $rc -ne 1 ]] || die "apt knows no $PKG source package even after apt-get update (see $LOG_FILE)"
 
-# Someone else may have finished this build while we waited for the lock.
+DOWNLOAD_DIR=$CACHE_ROOT/.download
+rm -rf "$DOWNLOAD_DIR"
+mkdir -p "$DOWNLOAD_DIR"
+cd "$DOWNLOAD_DIR"
+log "fetching source package $PKG=${SOURCE_VERSION:-<newest available>}"
+FETCHED=$(fetch_source "$SOURCE_VERSION") || {
+	log "last lines of $LOG_FILE:"
+	tail -n 40 "$LOG_FILE" >&2
+	die "could not fetch any $PKG source package"
+}
+[[ -n ${PTRACK_PG_VERSION:-} ]] || record_choice "$(known_source_versions)" "$FETCHED"
+SOURCE_VERSION=$FETCHED
+PREFIX=$(prefix_for "$SOURCE_VERSION")
+cd "$CACHE_ROOT"
 if [[ -f $PREFIX/$STAMP_NAME ]]; then
+	rm -rf "$DOWNLOAD_DIR" "$LOG_FILE"
 	log "up to date: $PREFIX"
 	printf '%s\n' "$PREFIX" >&3
 	exit 0
 fi
 
 BUILD_DIR=$PREFIX.build
+cat "$LOG_FILE" >"$PREFIX.log"
+rm -f "$LOG_FILE"
 LOG_FILE=$PREFIX.log
-cat "$CACHE_ROOT/bootstrap.log" >"$LOG_FILE"
-rm -f "$CACHE_ROOT/bootstrap.log"
-log "building PostgreSQL ($PKG $KEY_VERSION + $(basename "$PATCH_FILE")) into $PREFIX"
+log "building PostgreSQL ($PKG source $SOURCE_VERSION + $(basename "$PATCH_FILE")) into $PREFIX"
 log "full build log: $LOG_FILE"
-
-[[ $APT_READY -eq 1 ]] || ensure_apt_ready
 
 # Start from scratch: whatever is there is an interrupted attempt.
 rm -rf "$PREFIX" "$BUILD_DIR"
-mkdir -p "$BUILD_DIR"
+mv "$DOWNLOAD_DIR" "$BUILD_DIR"
 cd "$BUILD_DIR"
-
-log "fetching source package $PKG=$KEY_VERSION"
-SOURCE_VERSION=$(fetch_source "$KEY_VERSION") || {
-	log "last lines of $LOG_FILE:"
-	tail -n 40 "$LOG_FILE" >&2
-	die "could not fetch any $PKG source package"
-}
-if [[ $SOURCE_VERSION != "$KEY_VERSION" ]]; then
-	log "NOTE: building source $SOURCE_VERSION (installed binary / key is $KEY_VERSION)"
-fi
 
 DSC=$(ls ./*.dsc)
 run "unpacking $DSC (upstream source, Debian patches not applied)" \
@@ -396,14 +536,8 @@ cd src
 
 run "applying $(basename "$PATCH_FILE")" patch -p1 --fuzz=0 --batch -i "$PATCH_FILE"
 
-run "configure" env CFLAGS="-O2 -g" ./configure \
-	--prefix="$PREFIX" \
-	--enable-tap-tests \
-	--enable-debug \
-	--without-icu \
-	--without-llvm \
-	--with-readline \
-	--with-zlib
+COMPILE_START=$(date +%s)
+run "configure" ./configure --prefix="$PREFIX" "${CONFIGURE_OPTS[@]}"
 
 JOBS=$(nproc)
 run "make -j$JOBS" make -j"$JOBS"
@@ -415,6 +549,7 @@ done
 # modules and pg_regress under $PREFIX/lib/pgxs/src/test/.
 run "install TAP test perl modules" make -C src/test/perl install
 run "install pg_regress" make -C src/test/regress install
+COMPILE_END=$(date +%s)
 
 # --- verify -----------------------------------------------------------------
 
@@ -441,16 +576,19 @@ log "hooks present: ${HOOK_SYMBOLS[*]}"
 
 END=$(date +%s)
 # Written last: its presence marks a complete, verified install.
-cat >"$PREFIX/$STAMP_NAME.tmp" <<EOF
-key_version=$KEY_VERSION
-source_version=$SOURCE_VERSION
-pg_version=$("$PREFIX/bin/pg_config" --version)
-patch=$(basename "$PATCH_FILE")
-patch_sha256=$(sha256sum "$PATCH_FILE" | cut -d' ' -f1)
-built_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-build_seconds=$((END - START))
-EOF
+{
+	printf 'source_version=%s\n' "$SOURCE_VERSION"
+	printf 'pg_version=%s\n' "$("$PREFIX/bin/pg_config" --version)"
+	printf 'patch=%s\n' "$(basename "$PATCH_FILE")"
+	printf 'patch_sha256=%s\n' "$(sha256sum "$PATCH_FILE" | cut -d' ' -f1)"
+	printf 'options_hash=%s\n' "$OPTIONS_HASH"
+	printf 'configure=%s\n' "${CONFIGURE_OPTS[*]}"
+	printf 'contrib=%s\n' "${CONTRIB_MODULES[*]}"
+	printf 'built_at=%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	printf 'compile_seconds=%s\n' "$((COMPILE_END - COMPILE_START))"
+	printf 'total_seconds=%s\n' "$((END - START))"
+} >"$PREFIX/$STAMP_NAME.tmp"
 mv "$PREFIX/$STAMP_NAME.tmp" "$PREFIX/$STAMP_NAME"
 
-log "done in $((END - START))s: $("$PREFIX/bin/pg_config" --version) at $PREFIX"
+log "done in $((END - START))s (configure to install: $((COMPILE_END - COMPILE_START))s): $("$PREFIX/bin/pg_config" --version) at $PREFIX"
 printf '%s\n' "$PREFIX" >&3

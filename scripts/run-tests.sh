@@ -6,7 +6,8 @@
 #   hooks: pg_regress and the TAP suite on the patched server
 #          (scripts/build-postgres.sh, cached);
 #   wal:   pg_regress and the TAP suite on Debian's stock postgresql-15,
-#          where ptrack captures changes from the WAL.
+#          where ptrack captures changes from the WAL;
+#   scripts/test-debian-cluster.sh: a Debian cluster starts on the patched server.
 #
 # Each TAP test runs in both modes unless it says it is specific to one
 # (PtrackCluster::capture_mode()).  PostgreSQL refuses to run as root, and CI
@@ -79,6 +80,13 @@ status=0
 if [ "$mode" != wal ]; then
     prefix=$(scripts/build-postgres.sh | tail -n 1)
     run_mode hooks "$prefix/bin/pg_config" "$@" || status=$?
+    # A cluster made by Debian's pg_createcluster must start unchanged on the
+    # patched server (SSL, ICU, lz4...); needs root.
+    if [ "$(id -u)" -eq 0 ]; then
+        scripts/test-debian-cluster.sh "$prefix" || status=1
+    else
+        echo "run-tests: scripts/test-debian-cluster.sh NOT run (it needs root)" >&2
+    fi
 fi
 if [ "$mode" != hooks ]; then
     run_mode wal "$STOCK_PG_CONFIG" "$@" || status=$?
