@@ -86,9 +86,18 @@ void capture_limit(const RelFork& rel, BlockNumber limit, Lsn lsn) noexcept
 {
     if (!limits.attached())
         return;
-    limits.set_relation_limit(rel, limit, lsn);
-    /* Regrowth past the cut must show as growth (file_growth.h); a lookup, never an allocation. */
+    /*
+     * Regrowth past the cut must show as growth (file_growth.h; a lookup,
+     * never an allocation).  For a file created or dropped (limit 0) that is
+     * enough: every block it gets afterwards is either named by a record or
+     * found by a walk as growth from size 0, each marked no earlier than it
+     * was added.  A limit-0 entry would add nothing but false positives: a
+     * burst of DDL fills the buckets, and every relation hashed to one is
+     * then listed whole.
+     */
     growth_truncated(rel, limit);
+    if (limit != 0)
+        limits.set_relation_limit(rel, limit, lsn);
 }
 
 void capture_database(uint32_t spc, uint32_t db, Lsn lsn) noexcept

@@ -54,6 +54,7 @@ extern "C" {
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/condition_variable.h"
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/spin.h"
@@ -83,6 +84,9 @@ int wal_wait_timeout_ms = 60000;
 constexpr long kIdlePollMs = 50;
 
 volatile sig_atomic_t shutdown_requested = false;
+
+/* Seconds the follower waits after an ERROR before it tries again (grows while errors repeat). */
+int error_backoff_s = 1;
 
 void follower_sigterm(SIGNAL_ARGS)
 {
@@ -395,16 +399,25 @@ void follow()
         error_context_stack = NULL;
         HOLD_INTERRUPTS();
         EmitErrorReport();
+        /* What an auxiliary process releases after an ERROR: locks, waits, files, scans. */
+        LWLockReleaseAll();
+        ConditionVariableCancelSleep();
+        pgstat_report_wait_end();
+        AtEOXact_Files(false);
+        AtEOXact_HashTables(false);
         const bool was_reading = follower.reading;
         follower.reading = false;
         close_reader();
         FlushErrorState();
         RESUME_INTERRUPTS();
-        if (was_reading && follower.started)
+        if (was_reading && follower.started) {
             restart_after_read_error();
-        /* Never spin on a persistent error (but keep absorbing barriers while waiting). */
-        for (int i = 0; i < 20 && !shutdown_requested; ++i)
+            error_backoff_s = 1;
+        }
+        /* Never spin on a persistent error (1 s, doubling up to 30 s; barriers absorbed while waiting). */
+        for (int i = 0; i < error_backoff_s * 20 && !shutdown_requested; ++i)
             sleep_until_woken();
+        error_backoff_s = Min(error_backoff_s * 2, 30);
     }
     PG_exception_stack = &local_sigjmp_buf;
 
@@ -412,6 +425,7 @@ void follow()
         if (!follower.started) {
             establish_start();
             publish(&shared->follower.applied_lsn, follower.next);
+            error_backoff_s = 1;
         }
         if (shutdown_requested) {
             if (follower.next > follower.saved)
