@@ -58,7 +58,7 @@ sub follower_pid
 # ---------------------------------------------------------------------------
 
 my $node = ptrack_node('primary', allows_streaming => 1,
-	conf => "autovacuum = off\nlog_checkpoints = on\nmax_wal_size = 64MB\n");
+	conf => "autovacuum = off\nlog_checkpoints = on\nmax_wal_size = 64MB\nrestart_after_crash = on\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION ptrack');
 is($node->safe_psql('postgres', 'SHOW ptrack.capture'), 'wal', 'SHOW ptrack.capture names the source that runs');
