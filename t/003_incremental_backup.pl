@@ -50,6 +50,7 @@ use Test::More;
 use PtrackBackup qw(full_backup incremental_backup restore);
 use PtrackOracle qw(listed_ok mismatch_blocks);
 use PtrackVerify qw(compare_clusters);
+use PtrackCluster qw(start_restored);
 
 my $node = PostgreSQL::Test::Cluster->new('incr_src');
 $node->init(allows_streaming => 1);
@@ -245,15 +246,7 @@ listed_ok($st->{pagemap}, qr{^\Q$moved\E$}, "pagemapset lists the moved table $m
 my $restored = PostgreSQL::Test::Cluster->new('incr_restored');
 restore("$backups/full", "$backups/incr", $restored->data_dir,
 	tablespace_dir => $restored->basedir . '/tblspc');
-my $host = $restored->host;
-$restored->append_conf('postgresql.conf',
-	'port = ' . $restored->port . "\n"
-	  . ($host =~ m{^/}
-		? "unix_socket_directories = '$host'\nlisten_addresses = ''"
-		: "listen_addresses = '$host'\nunix_socket_directories = ''"));
-$restored->start;
-$restored->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-  or die 'restored cluster did not finish recovery';
+start_restored($restored);
 is($restored->safe_psql('postgres', "SELECT pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname = 'ts1'"),
 	$restored->basedir . '/tblspc/' . $node->safe_psql('postgres', "SELECT oid FROM pg_tablespace WHERE spcname = 'ts1'"),
 	'ts1 points to the restored tablespace directory');

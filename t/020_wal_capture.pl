@@ -33,7 +33,7 @@ use Test::More;
 
 use PtrackBackup qw(full_backup incremental_backup restore);
 use PtrackVerify qw(compare_clusters);
-use PtrackCluster qw(capture_mode ptrack_node log_position log_since init_lsn);
+use PtrackCluster qw(capture_mode ptrack_node log_position log_since init_lsn start_restored);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok);
 
 plan skip_all => 'WAL capture runs on servers without the core hooks' unless capture_mode() eq 'wal';
@@ -225,15 +225,7 @@ is($st->{unmarked_new_blocks}, 0, 'every block added after L0 is listed by the p
 
 my $restored = PostgreSQL::Test::Cluster->new('restored');
 restore("$backups/full", "$backups/incr", $restored->data_dir, tablespace_dir => $restored->basedir . '/tblspc');
-my $host = $restored->host;
-$restored->append_conf('postgresql.conf',
-	'port = ' . $restored->port . "\n"
-	  . ($host =~ m{^/}
-		? "unix_socket_directories = '$host'\nlisten_addresses = ''"
-		: "listen_addresses = '$host'\nunix_socket_directories = ''"));
-$restored->start;
-$restored->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-  or die 'restored cluster did not finish recovery';
+start_restored($restored);
 my @problems = compare_clusters($standby, $restored);
 is_deeply(\@problems, [], 'full (old primary) + incremental (promoted standby) equals the promoted standby');
 
