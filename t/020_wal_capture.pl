@@ -128,7 +128,7 @@ for my $round (1 .. 3)
 	$pgbench->finish;
 	# SIGKILL of a process attached to shared memory makes the postmaster
 	# reinitialize: the map is reloaded from its last save.
-	$node->poll_query_until('postgres', 'SELECT 1') or die 'server did not come back';
+	$node->poll_query_until('postgres', 'SELECT true') or die 'server did not come back';
 	my $new_pid = follower_pid($node);
 	isnt($new_pid, $pid, "round $round: a new follower runs (PID $new_pid)");
 	is(init_lsn($node), $init0, "round $round: ptrack_init_lsn() did not move");
