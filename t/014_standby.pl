@@ -66,7 +66,7 @@ use Time::HiRes ();
 use PtrackBackup qw(full_backup incremental_backup restore);
 use PtrackVerify qw(compare_clusters);
 use PtrackCluster
-  qw(ptrack_node log_position log_since not_trusted_re init_lsn);
+  qw(capture_mode ptrack_node log_position log_since not_trusted_re init_lsn);
 use PtrackOracle qw(listed_ok mismatch_blocks missed_blocks no_misses_ok lsn_to_int);
 
 my $t0 = Time::HiRes::time();
@@ -385,8 +385,12 @@ note sprintf(
 	init_lsn($standby), scalar @fpw_misses, $r2);
 TODO:
 {
+	# A known gap of the hooks only: the WAL follower re-reads the WAL, with
+	# or without full-page images, so there it is a real test.
 	local $TODO =
-	  'the standby\'s map is trusted after replaying WAL without full-page images';
+	  capture_mode() eq 'hooks'
+	  ? 'the standby\'s map is trusted after replaying WAL without full-page images'
+	  : undef;
 	ok( $fpw_trusted
 		? !@fpw_misses
 		: lsn_to_int(init_lsn($standby)) > lsn_to_int($r2),
