@@ -400,7 +400,10 @@ TEST(LimitTable, ConcurrentReadersSeeNoTornState)
 
     auto reader = [&](uint64_t seed) {
         std::mt19937_64 r(seed);
-        while (published.load(std::memory_order_acquire) < events.size() && !failed.load()) {
+        /* Until every event is published, and at least 300 checks in all (a busy machine may run
+           the writer to the end before the readers get going: they then check the final table). */
+        while ((published.load(std::memory_order_acquire) < events.size() || checks.load() < 300) &&
+               !failed.load()) {
             const size_t n = published.load(std::memory_order_acquire);
             const RelFork& rel = keys[r() % keys.size()];
             const Lsn since = n == 0 ? 0 : events[r() % n].lsn;
@@ -476,9 +479,13 @@ TEST(LimitTable, ConcurrentReadersUnderContinuousWrites)
     std::vector<std::thread> readers;
     for (int i = 0; i < 3; ++i)
         readers.emplace_back(reader, 2000 + i);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    /* 300 ms, and on a busy machine as long as the readers need for 1000 checks (at most 20 s). */
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + std::chrono::milliseconds(300);
+    const auto cap = start + std::chrono::seconds(20);
     uint64_t i = 0;
-    while (std::chrono::steady_clock::now() < deadline && !failed.load(std::memory_order_relaxed)) {
+    while ((std::chrono::steady_clock::now() < deadline || checks.load(std::memory_order_relaxed) <= 1000) &&
+           std::chrono::steady_clock::now() < cap && !failed.load(std::memory_order_relaxed)) {
         for (int burst = 0; burst < 256; ++burst, ++i) {
             t.table.set_relation_limit(kRel, limit_of(i), lsn_of(i));
             published.store(i + 1, std::memory_order_release);
