@@ -34,7 +34,7 @@ use Time::HiRes qw(time);
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use PtrackBackup qw(full_backup incremental_backup restore);
+use PtrackBackup qw(full_backup incremental_backup restore start_restored);
 use PtrackVerify qw(compare_clusters);
 
 my %opt = (scale => 10, duration => 60, clients => 4);
@@ -127,15 +127,7 @@ checkpoint_timeout = 30s
 	$t = time;
 	restore("$backups/full", "$backups/incr", $restored->data_dir,
 		tablespace_dir => $restored->basedir . '/tblspc');
-	my $host = $restored->host;
-	$restored->append_conf('postgresql.conf',
-		'port = ' . $restored->port . "\n"
-		  . ($host =~ m{^/}
-			? "unix_socket_directories = '$host'\nlisten_addresses = ''"
-			: "listen_addresses = '$host'\nunix_socket_directories = ''"));
-	$restored->start;
-	$restored->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-	  or die "the restored cluster did not finish recovery\n";
+	start_restored($restored);
 	my $restore_s = time - $t;
 
 	$t = time;

@@ -47,10 +47,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackBackup qw(full_backup incremental_backup restore);
+use PtrackBackup qw(full_backup incremental_backup restore start_restored);
 use PtrackOracle qw(listed_ok mismatch_blocks);
 use PtrackVerify qw(compare_clusters);
-use PtrackCluster qw(start_restored);
 
 my $node = PostgreSQL::Test::Cluster->new('incr_src');
 $node->init(allows_streaming => 1);

@@ -63,7 +63,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 
-use PtrackBackup qw(full_backup incremental_backup restore);
+use PtrackBackup qw(full_backup incremental_backup restore start_restored);
 use PtrackVerify qw(compare_clusters);
 use PtrackCluster
   qw(capture_mode ptrack_node log_position log_since not_trusted_re init_lsn);
@@ -239,15 +239,7 @@ sub restore_and_compare
 		tablespace_dir => $node->basedir . '/tblspc');
 	unlink($node->data_dir . '/standby.signal')
 	  or die "no standby.signal in the restored standby backup: $!";
-	my $host = $node->host;
-	$node->append_conf('postgresql.conf',
-		'port = ' . $node->port . "\n"
-		  . ($host =~ m{^/}
-			? "unix_socket_directories = '$host'\nlisten_addresses = ''"
-			: "listen_addresses = '$host'\nunix_socket_directories = ''"));
-	$node->start;
-	$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-	  or die "$name did not finish recovery";
+	start_restored($node);
 	my %report;
 	my @problems = compare_clusters($primary, $node, report => \%report);
 	is_deeply(\@problems, [],

@@ -31,9 +31,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackBackup qw(full_backup incremental_backup restore);
+use PtrackBackup qw(full_backup incremental_backup restore start_restored);
 use PtrackVerify qw(compare_clusters);
-use PtrackCluster qw(capture_mode ptrack_node log_position log_since init_lsn start_restored);
+use PtrackCluster qw(capture_mode ptrack_node log_position log_since init_lsn);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok);
 
 plan skip_all => 'WAL capture runs on servers without the core hooks' unless capture_mode() eq 'wal';

@@ -98,7 +98,7 @@ use Time::HiRes ();
 use PtrackVerify
   qw(new_check_stats check_pagemap_row check_marked check_copied_page);
 
-our @EXPORT_OK = qw(full_backup incremental_backup restore read_manifest);
+our @EXPORT_OK = qw(full_backup incremental_backup restore start_restored read_manifest);
 
 use constant BLCKSZ => 8192;
 
@@ -994,6 +994,25 @@ sub restore
 		_write_file("$target/tablespace_map", $map);
 	}
 	return \%st;
+}
+
+
+# Starts a node whose data directory restore() filled (its postgresql.conf is
+# the source's): points it at its own port and socket or address, starts it
+# and waits until recovery is over.
+sub start_restored
+{
+	my ($node) = @_;
+	my $host = $node->host;
+	$node->append_conf('postgresql.conf',
+		'port = ' . $node->port . "\n"
+		  . ($host =~ m{^/}
+			? "unix_socket_directories = '$host'\nlisten_addresses = ''"
+			: "listen_addresses = '$host'\nunix_socket_directories = ''"));
+	$node->start;
+	$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+	  or croak 'the restored cluster did not finish recovery';
+	return;
 }
 
 1;

@@ -44,7 +44,6 @@ use PostgreSQL::Test::Utils;
 
 our @EXPORT_OK = qw(
   capture_mode
-  start_restored
   ptrack_node
   map_header
   delta_batches
@@ -81,29 +80,6 @@ sub capture_mode
 	chomp $bindir;
 	my $symbols = `nm -D --defined-only '$bindir/postgres' 2>/dev/null`;
 	return $symbols =~ /\bmdwrite_hook\b/ ? 'hooks' : 'wal';
-}
-
-=item start_restored($node)
-
-Starts a node whose data directory a backup restore() filled (its
-postgresql.conf is the source's): points it at its own port and socket or
-address, starts it and waits until recovery is over.
-
-=cut
-
-sub start_restored
-{
-	my ($node) = @_;
-	my $host = $node->host;
-	$node->append_conf('postgresql.conf',
-		'port = ' . $node->port . "\n"
-		  . ($host =~ m{^/}
-			? "unix_socket_directories = '$host'\nlisten_addresses = ''"
-			: "listen_addresses = '$host'\nunix_socket_directories = ''"));
-	$node->start;
-	$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-	  or croak 'the restored cluster did not finish recovery';
-	return;
 }
 
 =item ptrack_node($name, %opts)
