@@ -124,16 +124,6 @@ void forget_unseen()
             (void) hash_search(sizes, &entry->key, HASH_REMOVE, NULL);
 }
 
-void warn_sizes_save_failed(const char* what)
-{
-    ereport(WARNING, (errcode_for_file_access(),
-                      errmsg("ptrack could not save relation file sizes: could not %s file \"%s\": %m", what,
-                             kSizesNewFileName),
-                      errdetail("The map is saved without them; if the server stops before a later save "
-                                "succeeds, the saved map is not trusted and the next backup must be full."),
-                      errhint("Check the permissions and free space of the data directory.")));
-}
-
 /* Reads `name` into the table if it is intact, of this cluster, and saved for `covered`. */
 bool load_file(const char* name, Lsn covered)
 {
@@ -275,8 +265,11 @@ void growth_database_replaced(uint32_t spc, uint32_t db)
 
 bool growth_prepare_save(Lsn covered)
 {
+    /* One buffer: the header, then the records. */
     const long count = hash_get_num_entries(sizes);
-    SizeRecord* records = static_cast<SizeRecord*>(palloc(Max(count, 1L) * sizeof(SizeRecord)));
+    const size_t bytes = kSizesHeaderBytes + static_cast<size_t>(count) * sizeof(SizeRecord);
+    uint8_t* file = static_cast<uint8_t*>(palloc0(bytes));
+    auto* records = reinterpret_cast<SizeRecord*>(file + kSizesHeaderBytes);
     HASH_SEQ_STATUS status;
     hash_seq_init(&status, sizes);
     long n = 0;
@@ -284,8 +277,7 @@ bool growth_prepare_save(Lsn covered)
         const SegmentKey& k = entry->key;
         records[n++] = SizeRecord{k.spc_oid, k.db_oid, k.relfilenode, k.fork, k.segno, entry->nblocks};
     }
-    uint8_t header[kSizesHeaderBytes];
-    memset(header, 0, sizeof(header));
+    uint8_t* header = file;
     memcpy(header, kSizesMagic, 8);
     const uint32_t version = kSizesVersion;
     const uint64_t system_identifier = GetSystemIdentifier();
@@ -299,21 +291,10 @@ bool growth_prepare_save(Lsn covered)
     const uint32_t header_crc = crc32c(header, 60);
     memcpy(header + 60, &header_crc, 4);
 
-    bool ok = false;
-    const int fd = OpenTransientFile(kSizesNewFileName, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
-    if (fd < 0) {
-        warn_sizes_save_failed("create");
-    } else {
-        ok = write_at(fd, header, sizeof(header), 0) &&
-             write_at(fd, records, n * sizeof(SizeRecord), kSizesHeaderBytes) && pg_fsync(fd) == 0;
-        if (!ok)
-            warn_sizes_save_failed("write");
-        if (CloseTransientFile(fd) != 0)
-            ok = false;
-        if (ok && fsync_fname_ext(".", true, false, WARNING) != 0)
-            ok = false;
-    }
-    pfree(records);
+    /* The new file must survive a crash right after the map save that needs it: fsync its directory too. */
+    const bool ok = write_file_fsynced(kSizesNewFileName, file, bytes, "relation file sizes") &&
+                    fsync_fname_ext(".", true, false, WARNING) == 0;
+    pfree(file);
     return ok;
 }
 

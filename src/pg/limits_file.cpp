@@ -25,16 +25,6 @@ namespace {
 /* The writer's encoding buffer, allocated on its first save (under 1 MB). */
 uint8_t* save_buffer = nullptr;
 
-void warn_save_failed(const char* what)
-{
-    ereport(WARNING, (errcode_for_file_access(),
-                      errmsg("ptrack could not save its limit table: could not %s file \"%s\": %m", what,
-                             kLimitTempFileName),
-                      errdetail("The table in memory is intact; the map is not saved either until a later save "
-                                "succeeds."),
-                      errhint("Check the permissions and free space of the data directory.")));
-}
-
 }  // namespace
 
 bool save_limits(Lsn covered_lsn)
@@ -57,24 +47,10 @@ bool save_limits(Lsn covered_lsn)
         ereport(WARNING, (errmsg("ptrack could not save its limit table: a bucket could not be read consistently")));
         return false;
     }
-    const int fd = OpenTransientFile(kLimitTempFileName, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
-    if (fd < 0) {
-        warn_save_failed("create");
+    if (!write_file_fsynced(kLimitTempFileName, save_buffer, bytes, "its limit table"))
         return false;
-    }
-    bool ok = write_at(fd, save_buffer, bytes, 0);
-    if (!ok)
-        warn_save_failed("write");
-    else if (pg_fsync(fd) != 0) {
-        warn_save_failed("fsync");
-        ok = false;
-    }
-    if (CloseTransientFile(fd) != 0 && ok) {
-        warn_save_failed("close");
-        ok = false;
-    }
     /* durable_rename fsyncs the new name and the directory, and logs its own WARNING. */
-    return ok && durable_rename(kLimitTempFileName, kLimitFileName, WARNING) == 0;
+    return durable_rename(kLimitTempFileName, kLimitFileName, WARNING) == 0;
 }
 
 const char* load_limits(uint64_t system_identifier, Lsn* covered_lsn)

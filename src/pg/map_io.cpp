@@ -4,9 +4,11 @@
 extern "C" {
 #include "postgres.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "port/pg_crc32c.h"
+#include "storage/fd.h"
 }
 
 #include "map_io.h"
@@ -72,6 +74,37 @@ bool crc_of_range(int fd, uint64_t offset, uint64_t len, uint8_t* buffer, size_t
     FIN_CRC32C(crc);
     *out = crc;
     return true;
+}
+
+void warn_save_failed(const char* what, const char* action, const char* file)
+{
+    ereport(WARNING, (errcode_for_file_access(),
+                      errmsg("ptrack could not save %s: could not %s file \"%s\": %m", what, action, file),
+                      errdetail("What is in memory is intact, and ptrack's previous save stays in force until "
+                                "a later save succeeds; if the server stops before that, the next start judges "
+                                "the previous save."),
+                      errhint("Check the permissions and free space of the data directory.")));
+}
+
+bool write_file_fsynced(const char* name, const void* data, size_t len, const char* what)
+{
+    const int fd = OpenTransientFile(name, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
+    if (fd < 0) {
+        warn_save_failed(what, "create", name);
+        return false;
+    }
+    bool ok = write_at(fd, data, len, 0);
+    if (!ok)
+        warn_save_failed(what, "write", name);
+    else if (pg_fsync(fd) != 0) {
+        warn_save_failed(what, "fsync", name);
+        ok = false;
+    }
+    if (CloseTransientFile(fd) != 0 && ok) {
+        warn_save_failed(what, "close", name);
+        ok = false;
+    }
+    return ok;
 }
 
 void remove_file_if_exists(const char* name, int elevel_removed)

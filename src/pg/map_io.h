@@ -25,6 +25,20 @@ bool write_at(int fd, const void* buf, size_t len, uint64_t offset);
 /* CRC-32C of `len` bytes at `offset` of `fd`, read through `buffer`; false on a read error. */
 bool crc_of_range(int fd, uint64_t offset, uint64_t len, uint8_t* buffer, size_t buffer_bytes, uint32_t* out);
 
+/*
+ * The WARNING of a failed save of one of ptrack's files: names ptrack, what
+ * it was saving (`what`, e.g. "its map"), the failed step (`action`, e.g.
+ * "write") and the file, then the consequence and what to check.
+ */
+void warn_save_failed(const char* what, const char* action, const char* file);
+
+/*
+ * Writes `len` bytes into `name` (created or truncated), fsyncs and closes
+ * it: a temporary file that the caller then renames with durable_rename().
+ * False after warn_save_failed(what, ...).
+ */
+bool write_file_fsynced(const char* name, const void* data, size_t len, const char* what);
+
 /* Unlinks `name` (relative to the data directory); logs at `elevel_removed` if it existed, WARNING on error. */
 void remove_file_if_exists(const char* name, int elevel_removed);
 

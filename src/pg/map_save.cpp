@@ -62,15 +62,6 @@ PTRACK_ENGINE_NOEXCEPT(&Map::region, &MapGeometry::region_bytes, &load_lsn, &reg
 SaveState save_state;
 constexpr size_t kDeltaBufferEntries = 64 * 1024;
 
-void warn_save_failed(const char* what, const char* file)
-{
-    ereport(WARNING, (errcode_for_file_access(), errmsg("ptrack could not save its map: could not %s file \"%s\": %m",
-                                                        what, file),
-                      errdetail("The change map in memory is intact; if the server stops before a later save "
-                                "succeeds, the saved map is not trusted and the next backup must be full."),
-                      errhint("Check the permissions and free space of the data directory.")));
-}
-
 void fill_header(const SavePoint& point, MapFileHeader* header)
 {
     header->version = kMapFileVersion;
@@ -104,7 +95,7 @@ uint64_t write_full_map(const MapFileHeader& header)
 
     const int fd = OpenTransientFile(kMapTempFileName, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
     if (fd < 0) {
-        warn_save_failed("create", kMapTempFileName);
+        warn_save_failed("its map", "create", kMapTempFileName);
         return 0;
     }
     bool ok = true;
@@ -123,9 +114,9 @@ uint64_t write_full_map(const MapFileHeader& header)
     ok = ok && write_at(fd, ss.crcs, data_offset - kMapFileHeaderBytes, kMapFileHeaderBytes) &&
          write_at(fd, header_bytes, sizeof(header_bytes), 0) && pg_fsync(fd) == 0;
     if (!ok)
-        warn_save_failed("write", kMapTempFileName);
+        warn_save_failed("its map", "write", kMapTempFileName);
     if (CloseTransientFile(fd) != 0 && ok) {
-        warn_save_failed("close", kMapTempFileName);
+        warn_save_failed("its map", "close", kMapTempFileName);
         ok = false;
     }
     if (!ok || durable_rename(kMapTempFileName, kMapFileName, WARNING) != 0)
@@ -146,7 +137,7 @@ uint64_t append_delta(const MapFileHeader& header, Lsn threshold, bool* too_big)
     const bool first = ss.sequence == 0;
     const int fd = OpenTransientFile(kMapDeltaFileName, O_WRONLY | O_CREAT | (first ? O_TRUNC : 0) | PG_BINARY);
     if (fd < 0) {
-        warn_save_failed("open", kMapDeltaFileName);
+        warn_save_failed("its map", "open", kMapDeltaFileName);
         return 0;
     }
     const uint64_t batch_offset = ss.delta_bytes;
@@ -183,7 +174,7 @@ uint64_t append_delta(const MapFileHeader& header, Lsn threshold, bool* too_big)
     delta_encode_batch_header(batch, crc32c, raw);
     ok = ok && write_at(fd, raw, sizeof(raw), batch_offset) && pg_fsync(fd) == 0;
     if (!ok)
-        warn_save_failed("write", kMapDeltaFileName);
+        warn_save_failed("its map", "write", kMapDeltaFileName);
     if (CloseTransientFile(fd) != 0)
         ok = false;
     /* A new file's directory entry must be durable too. */
