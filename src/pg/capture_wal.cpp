@@ -64,6 +64,7 @@ extern "C" {
 #include "utils/wait_event.h"
 }
 
+#include "boundary.h"
 #include "capture.h"
 #include "capture_source.h"
 #include "capture_wal.h"
@@ -103,10 +104,12 @@ struct Follower {
     ReadLocalXLogPageNoWaitPrivate* page;   /* end_of_wal flag of the no-wait page reader */
     Lsn next;                               /* where reading resumes: every record ending <= next is applied */
     bool started;                           /* the start position and init_lsn are established */
+    bool next_is_record_end;                /* next is the end of a record read: XLogBeginRead() can start there */
     bool reading;                           /* an ERROR now means WAL could not be read */
     bool save_due;                          /* a checkpoint record was applied since the last save */
     Lsn saved;                              /* covered LSN of the last save */
 };
+PTRACK_FRAME_SAFE(Follower, SavePoint);
 Follower follower;
 
 void publish(uint64_t* field, Lsn lsn)
@@ -250,6 +253,7 @@ void establish_start()
             if (restart == InvalidXLogRecPtr)
                 (void) reserve_wal(); /* keep what is left; reading tells whether the WAL from `start` is there */
             follower.next = start;
+            follower.next_is_record_end = false;
             follower.started = true;
             ereport(LOG, (errmsg("ptrack WAL follower resumes at %X/%X, where the saved map is complete",
                                  PTRACK_LSN_ARGS(start))));
@@ -275,6 +279,7 @@ void start_fresh(Lsn start, Lsn floor)
         floor = walked;
     const Lsn fresh_init = Max(Max(start, floor), walked);
     follower.next = start;
+    follower.next_is_record_end = false;
     follower.started = true;
     follower.save_due = true; /* a first save makes the fresh map resumable */
     uint64_t expected = 0;
@@ -330,13 +335,17 @@ int apply_available(int budget)
         open_reader();
     XLogReaderState* reader = follower.reader;
     follower.page->end_of_wal = false;
-    const Lsn first = XLogFindNextRecord(reader, follower.next);
-    if (first == InvalidXLogRecPtr) {
-        if (follower.page->end_of_wal)
-            return 0;
-        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
-                        errmsg("ptrack could not find a valid WAL record at or after %X/%X",
-                               PTRACK_LSN_ARGS(follower.next))));
+    /* A start position (a redo LSN, a saved covered LSN) is looked up once; after that, reading goes on. */
+    Lsn first = follower.next;
+    if (!follower.next_is_record_end) {
+        first = XLogFindNextRecord(reader, follower.next);
+        if (first == InvalidXLogRecPtr) {
+            if (follower.page->end_of_wal)
+                return 0;
+            ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                            errmsg("ptrack could not find a valid WAL record at or after %X/%X",
+                                   PTRACK_LSN_ARGS(follower.next))));
+        }
     }
     XLogBeginRead(reader, first);
     int applied = 0;
@@ -354,6 +363,7 @@ int apply_available(int budget)
         if (is_checkpoint_record(reader))
             follower.save_due = true;
         follower.next = reader->EndRecPtr;
+        follower.next_is_record_end = true;
         publish(&shared->follower.applied_lsn, follower.next);
         ++applied;
     }

@@ -25,6 +25,7 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
+#include "boundary.h"
 #include "capture.h"
 #include "datadir_walk.h"
 #include "file_growth.h"
@@ -93,6 +94,7 @@ struct WalkState {
     uint32_t count;
     uint32_t capacity;
 };
+PTRACK_FRAME_SAFE(SegmentKey, SizeEntry, SizeRecord, Growth, WalkState, RelationFile);
 
 void note_file(const RelationFile* file, void* arg)
 {
