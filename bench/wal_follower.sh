@@ -26,6 +26,8 @@
 #   --duration S    seconds of pgbench (default 60)
 #   --clients N     pgbench clients (default 4)
 #   --scale N       pgbench scale (default 10)
+#   --no-probe      no lag probe: the follower's CPU alone (each probe also makes
+#                   it walk the relation files once)
 #   --port N        port number of the server's socket (default 55460)
 #   --keep          keep the temp dir at the end
 #   --prefix DIR    PostgreSQL prefix (default /usr/lib/postgresql/15)
@@ -36,13 +38,14 @@ unset PGOPTIONS PGSERVICE PGSERVICEFILE PGSSLMODE || true
 # shellcheck source=bench/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-duration=60 clients=4 scale=10 port=55460 keep=0 prefix=${PG_PREFIX:-/usr/lib/postgresql/15}
+probe=1 duration=60 clients=4 scale=10 port=55460 keep=0 prefix=${PG_PREFIX:-/usr/lib/postgresql/15}
 cmdline=$(printf '%q ' "$0" "$@")
 while [ $# -gt 0 ]; do
     case $1 in
         --duration) duration=${2:?}; shift ;;
         --clients) clients=${2:?}; shift ;;
         --scale) scale=${2:?}; shift ;;
+        --no-probe) probe=0 ;;
         *) common_option "$@" && shift ;;
     esac
     shift
@@ -88,7 +91,7 @@ as_pg "$bin/pgbench" -h "$sock" -p "$port" -U postgres -n -M prepared -c "$clien
 bench_pid=$!
 : >"$work/lag.txt"
 sleep 2
-while kill -0 "$bench_pid" 2>/dev/null; do
+while [ "$probe" -eq 1 ] && kill -0 "$bench_pid" 2>/dev/null; do
     # Milliseconds of one freshness wait, measured in the server.
     as_pg "$bin/psql" -X -h "$sock" -p "$port" -U postgres -d postgres -Atq -c \
         "SELECT round(extract(epoch FROM clock_timestamp() - now()) * 1000) FROM (SELECT ptrack_init_lsn()) s" \
@@ -106,7 +109,7 @@ echo "follower:   $cpu_ms ms of CPU = $(awk -v c="$cpu_ms" -v w="$wal_mb" 'BEGIN
 sort -g "$work/lag.txt" >"$work/lag.sorted"
 n=$(wc -l <"$work/lag.sorted")
 p95=$(awk -v n="$n" 'NR == int(n * 0.95 + 0.5) { print; exit }' "$work/lag.sorted")
-echo "lag:        $n samples of the freshness wait: median $(median <"$work/lag.sorted") ms, p95 ${p95:--} ms, max $(tail -1 "$work/lag.sorted") ms"
+[ "$n" -gt 0 ] && echo "lag:        $n samples of the freshness wait: median $(median <"$work/lag.sorted") ms, p95 ${p95:--} ms, max $(tail -1 "$work/lag.sorted") ms"
 
 # pagemapset right after a burst.
 lsn_l=$(psql_q 'SELECT pg_current_wal_lsn()')
