@@ -33,8 +33,11 @@
  * block (8 KB for 255 MB of heap) listed in excess per changed heap range.
  *
  * XLOG_SMGR_CREATE (flagged).  smgrcreate() of one fork of a relfilenode:
- * limit 0 on that fork, so a reused relfilenode inherits none of the old
- * file's blocks, whatever happened to the file in between.
+ * capture_limit(limit 0) on that fork, so a reused relfilenode inherits none
+ * of the old file's blocks.  A limit of 0 is kept by the file growth watch
+ * alone (its remembered size drops to 0, so every block the file gets again
+ * is marked when added, file_growth.h), not in the limit table, where a
+ * burst of DDL would list whole unrelated relations.
  *
  * XLOG_SMGR_TRUNCATE (flagged; also written by contrib/pg_visibility's
  * pg_truncate_visibility_map()).  Per its flags: SMGR_TRUNCATE_HEAP cuts the
@@ -52,7 +55,7 @@
  * XLOG_XACT_COMMIT_PREPARED, XLOG_XACT_ABORT_PREPARED (flagged when they
  * drop any).  xact_redo_commit/abort unlink every fork of each relfilenode
  * listed (ParseCommitRecord/ParseAbortRecord): limit 0 on all four forks of
- * each.  The two-phase variants carry the list of the prepared transaction.
+ * each (the growth watch, as for XLOG_SMGR_CREATE).  The two-phase variants carry the list of the prepared transaction.
  * XLOG_XACT_PREPARE drops nothing: the files it will drop are listed again
  * by the COMMIT PREPARED or ABORT PREPARED that drops them.  Subtransaction
  * aborts write their own XLOG_XACT_ABORT.  Temporary relations never appear.
@@ -96,8 +99,9 @@
  * references are marked like any other.
  *
  * What this file cannot see: relation extension that is never WAL-logged
- * (bulk extension, hash bucket allocation, the VM and FSM growing); that
- * needs the files' lengths, not the WAL (docs/design.md section 7).
+ * (bulk extension, hash bucket allocation, the VM and FSM growing); the
+ * follower watches the files' lengths for it (file_growth.h), and every block
+ * reference here also tells that watch the file had that block.
  *
  * Called once per record, in the follower only; allocates nothing, raises
  * no ERROR, owns no C++ object with a destructor.
