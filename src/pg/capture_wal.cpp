@@ -194,7 +194,7 @@ void save_map()
 {
     (void) growth_walk(false);
     const SavePoint point{follower.next, follower.next};
-    /* The limit table first: a saved map must never be ahead of the saved limits (limits_file.h). */
+    /* Sizes and limits before the map: a saved map is never ahead of either (file_growth.h, limits_file.h). */
     if (!growth_prepare_save(point.covered_lsn) || !save_limits(point.covered_lsn) || !flush_map(point))
         return;
     growth_commit_save();
@@ -223,8 +223,10 @@ const char* resume_point(Lsn covered, TimeLineID saved_tli, Lsn* out)
     if (saved_tli == 0 || saved_tli == tli)
         return nullptr;
     List* history = readTimeLineHistory(tli);
-    if (!tliInHistory(saved_tli, history))
+    if (!tliInHistory(saved_tli, history)) {
+        list_free_deep(history);
         return "the map was saved on a timeline that is not in this server's history";
+    }
     const Lsn branch = tliSwitchPoint(saved_tli, history, NULL);
     if (branch < covered)
         *out = branch;
