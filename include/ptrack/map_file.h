@@ -120,9 +120,7 @@ struct StartupFacts {
     Lsn checkpoint_redo;       /* pg_control's latest checkpoint redo LSN */
     bool backup_label;         /* backup_label present: restored from a backup, or rewound */
     bool crashed;              /* pg_control says the last run did not shut down cleanly */
-    bool checkpoint_full_page_writes; /* pg_control's latest checkpoint had full_page_writes on */
     bool checkpoint_wal_level_replica; /* pg_control's wal_level >= replica */
-    bool full_page_writes;     /* configured now */
     bool wal_level_replica;    /* configured now */
     uint64_t file_bytes;       /* size of the map file */
 };
@@ -132,10 +130,10 @@ struct StartupFacts {
  * can be.  The rules of docs/design.md section 4.4: same cluster, same
  * capture source, same geometry, placement and file size, no backup_label, same data checksum
  * setting; and for the hooks source, flushed no earlier than the checkpoint
- * recovery starts from and, after a crash, a run that kept full_page_writes
- * on and wal_level >= replica (otherwise replay cannot re-mark pages written
- * after the flush).  The wal source needs neither: its follower re-reads the
- * WAL from covered_lsn, and finds out itself if that WAL is gone.  The text
+ * recovery starts from and, after a crash, a run that kept wal_level >=
+ * replica (under minimal, new relations bypass the WAL).  What else a crash
+ * needs is proven by reading the WAL after covered_lsn at startup (the
+ * hooks' startup scan, the wal source's follower), not judged here.  The text
  * completes "the map file is not trusted because ...".
  */
 const char* map_file_distrust_reason(const MapFileHeader& header, const StartupFacts& facts) noexcept;

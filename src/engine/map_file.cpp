@@ -184,12 +184,15 @@ const char* map_file_distrust_reason(const MapFileHeader& header, const StartupF
         return nullptr; /* the follower re-reads the WAL from covered_lsn (src/pg/capture_wal.cpp) */
     if (header.covered_lsn < facts.checkpoint_redo)
         return "it is older than the latest checkpoint (a flush was missed, or the WAL was reset)";
-    if (facts.crashed) {
-        if (!(header.flags & kFlagFullPageWrites) || !facts.checkpoint_full_page_writes || !facts.full_page_writes)
-            return "the server crashed while full_page_writes was off, so recovery cannot re-mark pages";
-        if (!(header.flags & kFlagWalLevelReplica) || !facts.checkpoint_wal_level_replica || !facts.wal_level_replica)
-            return "the server crashed while wal_level was minimal, so recovery cannot re-mark pages";
-    }
+    /*
+     * Whatever recovery does or does not write again, the startup scan marks
+     * every record after covered_lsn (src/pg/startup_scan.h), so
+     * full_page_writes does not matter.  Under wal_level = minimal new
+     * relations are written without WAL, which no scan can see.
+     */
+    if (facts.crashed &&
+        (!(header.flags & kFlagWalLevelReplica) || !facts.checkpoint_wal_level_replica || !facts.wal_level_replica))
+        return "the server crashed while wal_level was minimal, so the WAL cannot show what was lost";
     return nullptr;
 }
 

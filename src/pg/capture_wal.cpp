@@ -97,6 +97,24 @@ void follower_sigterm(SIGNAL_ARGS)
     errno = save_errno;
 }
 
+/* The follower's changes go to the map, the limit table and the file growth watch. */
+class FollowerSink final : public WalChangeSink {
+public:
+    void block(const RelFork& rel, BlockNumber block, Lsn lsn, bool referenced) noexcept override
+    {
+        capture_block_at(rel, block, lsn);
+        /* A named block existed before the record: date the extension of those before it. */
+        if (referenced)
+            growth_block_referenced(rel, block, lsn);
+    }
+    void relation_limit(const RelFork& rel, BlockNumber limit, Lsn lsn) noexcept override
+    {
+        capture_limit(rel, limit, lsn);
+    }
+    void database(uint32_t spc, uint32_t db, Lsn lsn) noexcept override { capture_database(spc, db, lsn); }
+};
+FollowerSink follower_sink;
+
 /* The follower process's own state. */
 struct Follower {
     MemoryContext cxt;                      /* the reader and everything it allocates */
@@ -360,7 +378,7 @@ int apply_available(int budget)
                             errmsg("ptrack could not read the WAL at %X/%X: %s", PTRACK_LSN_ARGS(reader->EndRecPtr),
                                    errormsg != NULL ? errormsg : "no reason given")));
         }
-        if (const char* reason = capture_wal_record(reader))
+        if (const char* reason = capture_wal_record(reader, follower_sink))
             restart_tracking_at(reader->EndRecPtr, reason);
         if (is_checkpoint_record(reader))
             follower.save_due = true;

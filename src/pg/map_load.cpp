@@ -38,6 +38,7 @@ extern "C" {
 #include "ptrack/limit_file.h"
 #include "ptrack/map_delta.h"
 #include "ptrack/map_file.h"
+#include "startup_scan.h"
 
 namespace ptrack::pg {
 
@@ -84,9 +85,7 @@ StartupFacts gather_startup_facts(const ControlFileData& control, const MapGeome
     facts.checkpoint_redo = control.checkPointCopy.redo;
     facts.backup_label = backup_label_present();
     facts.crashed = control.state != DB_SHUTDOWNED && control.state != DB_SHUTDOWNED_IN_RECOVERY;
-    facts.checkpoint_full_page_writes = control.checkPointCopy.fullPageWrites;
     facts.checkpoint_wal_level_replica = control.wal_level >= WAL_LEVEL_REPLICA;
-    facts.full_page_writes = fullPageWrites;
     facts.wal_level_replica = wal_level >= WAL_LEVEL_REPLICA;
     facts.file_bytes = file_bytes;
     return facts;
@@ -265,29 +264,108 @@ const char* read_trusted_map(int fd, const ControlFileData* control, const MapGe
 }
 
 /*
- * ptrack_init_lsn() of a fresh map, when it can be known at startup, for the
- * hooks source: after a clean shutdown of a primary (pg_control state "shut
- * down", no backup_label), every change made before the shutdown checkpoint
- * is on disk, and every WAL record after it is written or replayed in this
- * run, after the map exists, so its pages are marked.  The result is one
- * byte past the start of that checkpoint record (its redo LSN): the record
- * itself, and whatever was done to the stopped cluster without WAL
- * (pg_checksums), lie before it, and the start LSN of any backup taken in
- * this run lies after it.  Otherwise 0: after a crash, or a standby's
- * shutdown (replay restarts at an older restartpoint and skips pages already
- * written), pages changed before this run may be unmarked, and
- * ptrack_init_lsn() is established on first use instead (init_lsn()).
- *
- * The wal source: always 0 here; the follower establishes it where it starts
- * reading (capture_wal.cpp).
+ * The redo LSN of backup_label, if it names a base backup taken with
+ * pg_backup_start() ("BACKUP METHOD: streamed": pg_basebackup, pg_probackup;
+ * not pg_rewind's label), else 0.  Reads at most the label's first lines.
  */
-Lsn fresh_map_init_lsn(const ControlFileData* control)
+Lsn base_backup_redo_lsn()
+{
+    FILE* file = AllocateFile(BACKUP_LABEL_FILE, "r");
+    if (file == NULL)
+        return 0;
+    char line[MAXPGPATH + 64];
+    unsigned hi = 0, lo = 0;
+    bool have_start = false, streamed = false;
+    for (int n = 0; n < 32 && fgets(line, sizeof(line), file) != NULL; ++n) {
+        if (sscanf(line, "START WAL LOCATION: %X/%X ", &hi, &lo) == 2)
+            have_start = true;
+        else if (strcmp(line, "BACKUP METHOD: streamed\n") == 0)
+            streamed = true;
+    }
+    FreeFile(file);
+    return have_start && streamed ? (static_cast<Lsn>(hi) << 32 | lo) : 0;
+}
+
+/* Logs what a startup scan did. */
+void log_startup_scan(const StartupScan& scan, const char* what)
+{
+    ereport(LOG, (errmsg("ptrack marked the changes of %llu WAL records from %X/%X to %X/%X %s",
+                         static_cast<unsigned long long>(scan.records), PTRACK_LSN_ARGS(scan.start),
+                         PTRACK_LSN_ARGS(scan.end), what),
+                  errdetail("%llu relation files created or truncated there were marked from their size.",
+                            static_cast<unsigned long long>(scan.files))));
+}
+
+/*
+ * ptrack_init_lsn() of a fresh map, when it can be known at startup, for the
+ * hooks source (the wal source: always 0 here; the follower establishes it
+ * where it starts reading, capture_wal.cpp).  Fills `map` with what the
+ * startup scan marks.  0 when nothing can be proven: established on first
+ * use instead (init_lsn()).
+ *
+ *   A base backup (backup_label of pg_backup_start()): its redo LSN.  Every
+ *   page changed after it is written again by replay, hence marked: the
+ *   first change of each page after the backup's checkpoint carries a
+ *   full-page image (pg_backup_start() forces them on a primary; on a
+ *   standby pg_backup_stop() fails if the replayed WAL lacked them), and
+ *   replay restores an image whatever the page on disk holds.
+ *
+ *   After a clean shutdown of a primary (pg_control "shut down"): one byte
+ *   past the shutdown checkpoint's start (its redo LSN).  Every change before
+ *   it is on disk, and every WAL record after it is written in this run,
+ *   after the map exists.  The byte past it excludes the record itself and
+ *   whatever was done to the stopped cluster without WAL (pg_checksums),
+ *   while the start LSN of any backup taken in this run lies after it.
+ *
+ *   After a crash or a standby's shutdown (wal_level >= replica): the redo
+ *   LSN recovery starts from, if the startup scan reads the WAL from there
+ *   to its end (startup_scan.h): every change after it is then marked, by the
+ *   scan or by this run.  One byte past it after a standby's clean shutdown
+ *   (offline tools, as above).
+ */
+Lsn fresh_map_init_lsn(const ControlFileData* control, Map* map)
 {
     if (capture_source != CaptureSourceId::kHooks || control == nullptr)
         return 0;
-    if (control->state == DB_SHUTDOWNED && !backup_label_present())
-        return control->checkPointCopy.redo + 1;
-    return 0;
+    if (backup_label_present())
+        return base_backup_redo_lsn();
+    const Lsn redo = control->checkPointCopy.redo;
+    if (control->state == DB_SHUTDOWNED)
+        return redo + 1;
+    if (control->wal_level < WAL_LEVEL_REPLICA || wal_level < WAL_LEVEL_REPLICA)
+        return 0;
+    StartupScan scan;
+    const char* why = scan_wal_at_startup(*control, redo, control->checkPointCopy.ThisTimeLineID, map, &scan);
+    if (why != nullptr) {
+        map->clear();
+        ereport(LOG, (errmsg("ptrack cannot prove the WAL since the redo LSN %X/%X complete: %s",
+                             PTRACK_LSN_ARGS(redo), why),
+                      errdetail("ptrack_init_lsn() is established when tracking is first used.")));
+        return 0;
+    }
+    log_startup_scan(scan, "since the redo LSN recovery starts from");
+    /* pagemapset(redo) must list a record ending exactly at redo: read only if the scan began before it. */
+    return control->state == DB_SHUTDOWNED_IN_RECOVERY || scan.start >= redo ? redo + 1 : redo;
+}
+
+/*
+ * The hooks source's loaded map, complete up to its covered LSN: marks what
+ * the WAL after it changed (startup_scan.h).  nullptr, or why the map cannot
+ * be trusted.
+ */
+const char* rescan_loaded_map(const ControlFileData* control, const MapFileHeader& header, Map* map)
+{
+    if (capture_source != CaptureSourceId::kHooks)
+        return nullptr;
+    StartupScan scan;
+    const char* why = scan_wal_at_startup(*control, header.covered_lsn, header.timeline, map, &scan);
+    if (why != nullptr) {
+        static char text[384];
+        snprintf(text, sizeof(text), "the WAL after it cannot be proven complete: %s", why);
+        return text;
+    }
+    log_startup_scan(scan, "after the map's covered LSN");
+    return nullptr;
 }
 
 /*
@@ -343,7 +421,7 @@ void start_fresh(SharedState* state, Map* map, const ControlFileData* control, c
         warn_not_trusted(reason);
     map->clear();
     limits.clear();
-    state->init_lsn = fresh_map_init_lsn(control);
+    state->init_lsn = fresh_map_init_lsn(control, map);
     state->loaded_covered_lsn = 0;
     state->loaded_timeline = 0;
     /* Never let a rejected file be read again, e.g. after a crash before the next flush. */
@@ -386,6 +464,8 @@ void load_map(SharedState* state, Map* map)
         CloseTransientFile(fd);
         if (reason == nullptr && capture_source == CaptureSourceId::kWal)
             reason = limits_distrust_reason(control, header.covered_lsn);
+        if (reason == nullptr)
+            reason = rescan_loaded_map(control, header, map);
         if (reason == nullptr) {
             state->init_lsn = header.init_lsn;
             state->loaded_covered_lsn = header.covered_lsn;

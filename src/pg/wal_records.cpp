@@ -1,8 +1,9 @@
 /*
  * wal_records.cpp -- what one WAL record changed, for the WAL follower
- * (capture_wal.cpp): every block it references is marked in the map, and the
- * changes it makes without a block reference go to the limit table
- * (ptrack/limit_table.h) or restart tracking (docs/design.md section 7).
+ * (capture_wal.cpp) and the hooks source's startup scan (startup_scan.cpp):
+ * every block it references, and the changes it makes without a block
+ * reference (relation limits, database directories), go to the caller's
+ * sink (wal_records.h), or restart tracking (docs/design.md section 7).
  * Everything is marked at record->EndRecPtr: a record that ends at or after
  * L is listed by pagemapset(L), and no record ending before L changes
  * anything a backup starting at L has not already seen.
@@ -33,7 +34,7 @@
  * block (8 KB for 255 MB of heap) listed in excess per changed heap range.
  *
  * XLOG_SMGR_CREATE (flagged).  smgrcreate() of one fork of a relfilenode:
- * capture_limit(limit 0) on that fork, so a reused relfilenode inherits none
+ * a relation limit 0 on that fork, so a reused relfilenode inherits none
  * of the old file's blocks.  A limit of 0 is kept by the file growth watch
  * alone (its remembered size drops to 0, so every block the file gets again
  * is marked when added, file_growth.h), not in the limit table, where a
@@ -125,8 +126,7 @@ extern "C" {
 #include "storage/bufpage.h"
 }
 
-#include "capture.h"
-#include "file_growth.h"
+#include "shared_state.h"
 #include "wal_records.h"
 
 namespace ptrack::pg {
@@ -195,7 +195,7 @@ inline RelFork rel_fork(const RelFileNode& node, int fork)
     return RelFork{node.spcNode, node.dbNode, node.relNode, static_cast<uint8_t>(fork)};
 }
 
-void mark_block_references(XLogReaderState* record, Lsn lsn, bool heap)
+void mark_block_references(XLogReaderState* record, Lsn lsn, bool heap, WalChangeSink& sink)
 {
     for (int block_id = 0; block_id <= XLogRecMaxBlockId(record); ++block_id) {
         RelFileNode node;
@@ -203,19 +203,17 @@ void mark_block_references(XLogReaderState* record, Lsn lsn, bool heap)
         BlockNumber block;
         if (!XLogRecGetBlockTagExtended(record, static_cast<uint8>(block_id), &node, &fork, &block, NULL))
             continue;
-        capture_block_at(rel_fork(node, fork), block, lsn);
-        /* The file had this block before the record: date the extension of those before it. */
-        growth_block_referenced(rel_fork(node, fork), block, lsn);
+        sink.block(rel_fork(node, fork), block, lsn, true);
         if (heap && fork == MAIN_FORKNUM)
-            capture_block_at(rel_fork(node, VISIBILITYMAP_FORKNUM), block / kHeapBlocksPerVmPage, lsn);
+            sink.block(rel_fork(node, VISIBILITYMAP_FORKNUM), block / kHeapBlocksPerVmPage, lsn, false);
     }
 }
 
-void drop_relations(const RelFileNode* nodes, int count, Lsn lsn)
+void drop_relations(const RelFileNode* nodes, int count, Lsn lsn, WalChangeSink& sink)
 {
     for (int i = 0; i < count; ++i)
         for (int fork = 0; fork <= MAX_FORKNUM; ++fork)
-            capture_limit(rel_fork(nodes[i], fork), 0, lsn);
+            sink.relation_limit(rel_fork(nodes[i], fork), 0, lsn);
 }
 
 /*
@@ -224,7 +222,7 @@ void drop_relations(const RelFileNode* nodes, int count, Lsn lsn)
  * *why to restart tracking), false if the record is not one it handles.
  */
 
-bool apply_smgr(XLogReaderState* record, Lsn lsn, const char** why)
+bool apply_smgr(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const char** why)
 {
     const uint8 info = XLogRecGetInfo(record) & XLR_RMGR_INFO_MASK;
     if (info == XLOG_SMGR_CREATE) {
@@ -232,7 +230,7 @@ bool apply_smgr(XLogReaderState* record, Lsn lsn, const char** why)
         if (!main_data(record, &xlrec) || xlrec.forkNum < 0 || xlrec.forkNum > MAX_FORKNUM)
             *why = malformed(record);
         else
-            capture_limit(rel_fork(xlrec.rnode, xlrec.forkNum), 0, lsn);
+            sink.relation_limit(rel_fork(xlrec.rnode, xlrec.forkNum), 0, lsn);
         return true;
     }
     if (info == XLOG_SMGR_TRUNCATE) {
@@ -242,11 +240,11 @@ bool apply_smgr(XLogReaderState* record, Lsn lsn, const char** why)
             return true;
         }
         if (xlrec.flags & SMGR_TRUNCATE_HEAP)
-            capture_limit(rel_fork(xlrec.rnode, MAIN_FORKNUM), xlrec.blkno, lsn);
+            sink.relation_limit(rel_fork(xlrec.rnode, MAIN_FORKNUM), xlrec.blkno, lsn);
         if (xlrec.flags & SMGR_TRUNCATE_VM)
-            capture_limit(rel_fork(xlrec.rnode, VISIBILITYMAP_FORKNUM), xlrec.blkno / kHeapBlocksPerVmPage, lsn);
+            sink.relation_limit(rel_fork(xlrec.rnode, VISIBILITYMAP_FORKNUM), xlrec.blkno / kHeapBlocksPerVmPage, lsn);
         if (xlrec.flags & SMGR_TRUNCATE_FSM)
-            capture_limit(rel_fork(xlrec.rnode, FSM_FORKNUM), 0, lsn);
+            sink.relation_limit(rel_fork(xlrec.rnode, FSM_FORKNUM), 0, lsn);
         if (xlrec.flags & ~SMGR_TRUNCATE_ALL) {
             char kind[96];
             *why = reason("WAL record %s at %X/%X has unknown truncation flags 0x%X",
@@ -258,7 +256,7 @@ bool apply_smgr(XLogReaderState* record, Lsn lsn, const char** why)
     return false;
 }
 
-bool apply_xact(XLogReaderState* record, Lsn lsn, const char** why)
+bool apply_xact(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const char** why)
 {
     const uint8 info = XLogRecGetInfo(record) & XLOG_XACT_OPMASK;
     if (info == XLOG_XACT_COMMIT || info == XLOG_XACT_COMMIT_PREPARED) {
@@ -269,7 +267,7 @@ bool apply_xact(XLogReaderState* record, Lsn lsn, const char** why)
         xl_xact_parsed_commit parsed;
         ParseCommitRecord(XLogRecGetInfo(record), reinterpret_cast<xl_xact_commit*>(XLogRecGetData(record)),
                           &parsed);
-        drop_relations(parsed.xnodes, parsed.nrels, lsn);
+        drop_relations(parsed.xnodes, parsed.nrels, lsn, sink);
         return true;
     }
     if (info == XLOG_XACT_ABORT || info == XLOG_XACT_ABORT_PREPARED) {
@@ -279,7 +277,7 @@ bool apply_xact(XLogReaderState* record, Lsn lsn, const char** why)
         }
         xl_xact_parsed_abort parsed;
         ParseAbortRecord(XLogRecGetInfo(record), reinterpret_cast<xl_xact_abort*>(XLogRecGetData(record)), &parsed);
-        drop_relations(parsed.xnodes, parsed.nrels, lsn);
+        drop_relations(parsed.xnodes, parsed.nrels, lsn, sink);
         return true;
     }
     return false;
@@ -291,7 +289,7 @@ static_assert(offsetof(xl_dbase_create_file_copy_rec, db_id) == offsetof(xl_dbas
                       offsetof(xl_dbase_create_wal_log_rec, tablespace_id),
               "xl_dbase_create_wal_log_rec is a prefix of xl_dbase_create_file_copy_rec");
 
-bool apply_dbase(XLogReaderState* record, Lsn lsn, const char** why)
+bool apply_dbase(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const char** why)
 {
     const uint8 info = XLogRecGetInfo(record) & XLR_RMGR_INFO_MASK;
     if (info == XLOG_DBASE_CREATE_FILE_COPY || info == XLOG_DBASE_CREATE_WAL_LOG) {
@@ -299,7 +297,7 @@ bool apply_dbase(XLogReaderState* record, Lsn lsn, const char** why)
         if (!main_data(record, &created))
             *why = malformed(record);
         else
-            capture_database(created.tablespace_id, created.db_id, lsn);
+            sink.database(created.tablespace_id, created.db_id, lsn);
         return true;
     }
     if (info == XLOG_DBASE_DROP) {
@@ -319,7 +317,7 @@ bool apply_dbase(XLogReaderState* record, Lsn lsn, const char** why)
         for (int i = 0; i < head.ntablespaces; ++i) {
             Oid spc;
             memcpy(&spc, ids + i * sizeof(Oid), sizeof(Oid));
-            capture_database(spc, head.db_id, lsn);
+            sink.database(spc, head.db_id, lsn);
         }
         return true;
     }
@@ -343,18 +341,18 @@ bool apply_xlog(XLogReaderState* record, const char** why)
 
 }  // namespace
 
-const char* capture_wal_record(XLogReaderState* record)
+const char* capture_wal_record(XLogReaderState* record, WalChangeSink& sink)
 {
     const Lsn lsn = record->EndRecPtr;
     const RmgrId rmid = XLogRecGetRmid(record);
-    mark_block_references(record, lsn, rmid == RM_HEAP_ID || rmid == RM_HEAP2_ID);
+    mark_block_references(record, lsn, rmid == RM_HEAP_ID || rmid == RM_HEAP2_ID, sink);
 
     const char* why = nullptr;
     bool known = false;
     switch (rmid) {
-    case RM_SMGR_ID: known = apply_smgr(record, lsn, &why); break;
-    case RM_XACT_ID: known = apply_xact(record, lsn, &why); break;
-    case RM_DBASE_ID: known = apply_dbase(record, lsn, &why); break;
+    case RM_SMGR_ID: known = apply_smgr(record, lsn, sink, &why); break;
+    case RM_XACT_ID: known = apply_xact(record, lsn, sink, &why); break;
+    case RM_DBASE_ID: known = apply_dbase(record, lsn, sink, &why); break;
     case RM_XLOG_ID: known = apply_xlog(record, &why); break;
     default: break;
     }

@@ -1,7 +1,8 @@
 /*
  * wal_records.h -- what one WAL record changed, marked in the map: every
  * block reference, and the changes a record makes without one (docs/design.md
- * section 7).  Called by the WAL follower (capture_wal.cpp) once per record.
+ * section 7).  Called once per record by the WAL follower (capture_wal.cpp)
+ * and by the hooks source's startup scan (startup_scan.cpp).
  */
 #ifndef PTRACK_PG_WAL_RECORDS_H
 #define PTRACK_PG_WAL_RECORDS_H
@@ -12,14 +13,40 @@ extern "C" {
 #include "access/xlogreader.h"
 }
 
+#include "boundary.h"
+#include "ptrack/relfork.h"
+
 namespace ptrack::pg {
 
 /*
- * Marks everything `record` (just decoded) changed, at LSN record->EndRecPtr.
- * Returns nullptr, or the reason tracking must restart because the record
- * changed something that cannot be attributed to blocks.
+ * Where the changes of a record go.  The WAL follower marks the map, the
+ * limit table and the file growth watch (capture_wal.cpp); the hooks
+ * source's startup scan marks the map and looks at the files afterwards
+ * (startup_scan.cpp).  Implementations allocate nothing and raise no ERROR.
  */
-const char* capture_wal_record(XLogReaderState* record);
+class WalChangeSink {
+public:
+    /*
+     * `block` of `rel` changed at `lsn`.  `referenced`: the record names the
+     * block (so the file had it); false for a block derived from one (the VM
+     * block of a heap block), which may not exist.
+     */
+    virtual void block(const RelFork& rel, BlockNumber block, Lsn lsn, bool referenced) noexcept = 0;
+    /* Every block >= `limit` of `rel` changed at `lsn`: a truncation, or limit 0 for a created or dropped fork. */
+    virtual void relation_limit(const RelFork& rel, BlockNumber limit, Lsn lsn) noexcept = 0;
+    /* Every file of database directory (spc, db) changed at `lsn`: created, copied or dropped. */
+    virtual void database(uint32_t spc, uint32_t db, Lsn lsn) noexcept = 0;
+
+protected:
+    ~WalChangeSink() = default;
+};
+
+/*
+ * Sends everything `record` (just decoded) changed to `sink`, at LSN
+ * record->EndRecPtr.  Returns nullptr, or the reason tracking must restart
+ * because the record changed something that cannot be attributed to blocks.
+ */
+const char* capture_wal_record(XLogReaderState* record, WalChangeSink& sink);
 
 }  // namespace ptrack::pg
 

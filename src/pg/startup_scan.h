@@ -1,0 +1,57 @@
+/*
+ * startup_scan.h -- the hooks source's startup scan: before recovery starts,
+ * the postmaster reads the WAL left in pg_wal from the point up to which the
+ * loaded map is complete, and marks everything those records changed
+ * (docs/design.md section 4.6).
+ *
+ * Why: a saved map holds the hooks' marks made before the save; marks made
+ * after it live in memory and a crash loses them.  Recovery re-marks the
+ * pages it writes again, but replay skips a page whose on-disk LSN is already
+ * at or past the record (a record without a full-page image, e.g. with
+ * full_page_writes turned off for a while, or replayed on a standby), so it
+ * does not mark it.  The WAL itself names every block those records changed:
+ * marking them here makes the map complete up to the end of the WAL, whatever
+ * recovery rewrites.
+ */
+#ifndef PTRACK_PG_STARTUP_SCAN_H
+#define PTRACK_PG_STARTUP_SCAN_H
+
+extern "C" {
+#include "postgres.h"
+
+#include "catalog/pg_control.h"
+}
+
+#include "boundary.h"
+#include "ptrack/map.h"
+
+namespace ptrack::pg {
+
+struct StartupScan {
+    Lsn start;          /* the first record read: the one before the requested LSN if pg_wal has it, so
+                           that a record ending exactly there is marked too; else the first after it */
+    Lsn end;            /* end of the last valid record: every change before it is marked */
+    uint64_t records;   /* records read */
+    uint64_t files;     /* relation files created or truncated in the range, marked from their size */
+};
+PTRACK_FRAME_SAFE(StartupScan);
+
+/*
+ * In the postmaster, before any process starts: reads the WAL of timeline
+ * `timeline` from pg_wal, from the first record at or after `from` to the
+ * end of the valid WAL, and marks in `map` every block each record names (at
+ * the record's end LSN) and the blocks of files it creates or truncates (at
+ * the end of the WAL, from their size now).  Returns nullptr when the range
+ * read provably holds every change made after `from` (it reaches pg_control's
+ * checkpoint record and minimum recovery point, and no later WAL of this or a
+ * newer timeline exists), with *scan filled; otherwise the reason it cannot
+ * be proven, completing "... because ...": the caller must not trust the
+ * map.  Raises no ERROR; reads at most the WAL recovery is about to replay
+ * (plus whatever a standby received beyond it).
+ */
+const char* scan_wal_at_startup(const ControlFileData& control, Lsn from, TimeLineID timeline, Map* map,
+                                StartupScan* scan);
+
+}  // namespace ptrack::pg
+
+#endif
