@@ -18,6 +18,11 @@
  *
  * Blocks removed by truncation need no capture: a backup tool takes every
  * file's current length, and re-extension goes through mdextend.
+ *
+ * The fifth hook, mdimmedsync_hook, is optional (a server carrying only the
+ * published ptrack 2.x patch lacks it): it makes the marks of a fork written
+ * outside shared buffers durable before its writer commits (bypass.h).
+ * Without it that crash window stays open, and the postmaster says so.
  */
 extern "C" {
 #include "postgres.h"
@@ -29,6 +34,7 @@ extern "C" {
 #include "storage/relfilenode.h"
 }
 
+#include "bypass.h"
 #include "capture.h"
 #include "capture_source.h"
 #include "map_persistence.h"
@@ -43,6 +49,7 @@ using mdextend_hook_fn = void (*)(RelFileNodeBackend rnode, ForkNumber forknum, 
 using mdwrite_hook_fn = void (*)(RelFileNodeBackend rnode, ForkNumber forknum, BlockNumber blocknum);
 using copydir_hook_fn = void (*)(const char* path);
 using sync_requests_hook_fn = void (*)();
+using mdimmedsync_hook_fn = void (*)(RelFileNodeBackend rnode, ForkNumber forknum, BlockNumber nblocks);
 
 /* Addresses of the server's hook variables, nullptr on a stock server. */
 struct ServerHooks {
@@ -50,6 +57,7 @@ struct ServerHooks {
     mdwrite_hook_fn* mdwrite;
     copydir_hook_fn* copydir;
     sync_requests_hook_fn* process_sync_requests;
+    mdimmedsync_hook_fn* mdimmedsync; /* optional: this project's fifth hook */
 };
 
 ServerHooks server_hooks;
@@ -59,6 +67,7 @@ mdwrite_hook_fn prev_mdwrite_hook = nullptr;
 mdextend_hook_fn prev_mdextend_hook = nullptr;
 copydir_hook_fn prev_copydir_hook = nullptr;
 sync_requests_hook_fn prev_sync_requests_hook = nullptr;
+mdimmedsync_hook_fn prev_mdimmedsync_hook = nullptr;
 
 void look_up_hooks()
 {
@@ -70,6 +79,7 @@ void look_up_hooks()
     server_hooks.copydir = static_cast<copydir_hook_fn*>(dlsym(RTLD_DEFAULT, "copydir_hook"));
     server_hooks.process_sync_requests =
         static_cast<sync_requests_hook_fn*>(dlsym(RTLD_DEFAULT, "ProcessSyncRequests_hook"));
+    server_hooks.mdimmedsync = static_cast<mdimmedsync_hook_fn*>(dlsym(RTLD_DEFAULT, "mdimmedsync_hook"));
 }
 
 __attribute__((always_inline)) inline void capture_write(const RelFileNodeBackend& rnode, ForkNumber forknum,
@@ -102,6 +112,17 @@ void ptrack_copydir(const char* path)
     capture_relation_files(path);
 }
 
+/* Not on the per-block write path: once per fork synced by a bulk writer, before it commits. */
+void ptrack_mdimmedsync(RelFileNodeBackend rnode, ForkNumber forknum, BlockNumber nblocks)
+{
+    if (prev_mdimmedsync_hook)
+        prev_mdimmedsync_hook(rnode, forknum, nblocks);
+    if (RelFileNodeBackendIsTemp(rnode))
+        return;
+    const RelFork rel{rnode.node.spcNode, rnode.node.dbNode, rnode.node.relNode, static_cast<uint8_t>(forknum)};
+    bypass_journal_append(rel, nblocks);
+}
+
 void ptrack_process_sync_requests()
 {
     if (prev_sync_requests_hook)
@@ -109,8 +130,13 @@ void ptrack_process_sync_requests()
     /*
      * Every write before this checkpoint's redo LSN is marked by now, and
      * crash recovery starts at or after it: the map is complete up to it.
+     * The bypass journal is set aside first: each of its entries was
+     * appended after its blocks were marked, so the save covers them.
      */
-    flush_map(hooks_save_point());
+    if (server_hooks.mdimmedsync != nullptr)
+        bypass_journal_rotate();
+    if (flush_map(hooks_save_point()) && server_hooks.mdimmedsync != nullptr)
+        bypass_journal_retire();
 }
 
 }  // namespace
@@ -147,6 +173,15 @@ void install_capture_hooks()
     *server_hooks.copydir = ptrack_copydir;
     prev_sync_requests_hook = *server_hooks.process_sync_requests;
     *server_hooks.process_sync_requests = ptrack_process_sync_requests;
+    if (server_hooks.mdimmedsync != nullptr) {
+        prev_mdimmedsync_hook = *server_hooks.mdimmedsync;
+        *server_hooks.mdimmedsync = ptrack_mdimmedsync;
+    } else {
+        ereport(LOG, (errmsg("ptrack: this server's core patch has no mdimmedsync_hook"),
+                      errdetail("A crash right after an index build, CLUSTER, VACUUM FULL or ALTER TABLE ... SET "
+                                "TABLESPACE that spanned a checkpoint can lose the marks of the blocks it wrote."),
+                      errhint("Build the server with patches/pg15-ptrack-hooks.patch of this ptrack version.")));
+    }
 }
 
 }  // namespace ptrack::pg

@@ -31,6 +31,7 @@ extern "C" {
 #include "storage/fd.h"
 }
 
+#include "bypass.h"
 #include "capture_source.h"
 #include "limits_file.h"
 #include "map_io.h"
@@ -478,6 +479,8 @@ void load_map(SharedState* state, Map* map)
             start_fresh(state, map, control, reason, true);
         }
     }
+    /* Marks a crash lost with nothing else to restore them (bypass.h); whatever map is in use. */
+    bypass_journal_apply(map);
     if (control != nullptr)
         pfree(control);
 }

@@ -32,6 +32,7 @@ PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 }
 
 #include "boundary.h"
+#include "bypass.h"
 #include "capture.h"
 #include "capture_source.h"
 #include "capture_wal.h"
@@ -112,6 +113,7 @@ void ptrack_shmem_startup()
     if (map_size_mb == 0) {
         if (!IsUnderPostmaster) {
             remove_map_files();
+            remove_bypass_journals();
             remove_limits_files();
             remove_sizes_files();
             remove_follower_slot();
