@@ -23,7 +23,11 @@
  * A fresh map starts where the follower starts reading (the slot's position:
  * at worst the latest checkpoint's redo LSN), so ptrack_init_lsn() is that
  * position, no later than the start of any backup taken afterwards
- * (map_load.cpp adds a floor after a clean shutdown).
+ * (map_load.cpp adds a floor after a clean shutdown), nor earlier than the
+ * baseline of file sizes it marks growth from: a walk when it starts, or,
+ * in a data directory restored from a base backup, the sizes map_load.cpp
+ * recorded before recovery, which make the map complete from the backup's
+ * redo LSN (a FULL backup on a fresh standby is then a valid parent).
  *
  * Errors: the main loop catches a PostgreSQL ERROR (sigsetjmp, as every
  * auxiliary process does), reports it, frees what the attempt allocated and
@@ -287,14 +291,26 @@ void establish_start()
 }
 
 /*
- * A fresh map, read from `start` on: extensions are seen from a baseline walk
- * on, so ptrack_init_lsn() is no earlier than the LSN read after that walk,
- * nor than `floor` (map_load.cpp; UINT64_MAX: unknown, take that LSN).
+ * A fresh map, read from `start` on: extensions are seen from a baseline of
+ * sizes on, so ptrack_init_lsn() is no earlier than the LSN of that baseline
+ * (the LSN read after a walk, or the redo LSN the sizes recorded before
+ * recovery belong to), nor than `floor` (map_load.cpp; UINT64_MAX: unknown,
+ * take the baseline's LSN).
  */
 void start_fresh(Lsn start, Lsn floor)
 {
-    growth_reset();
-    const Lsn walked = growth_walk(true);
+    /* Sizes recorded before recovery (map_load.cpp) serve once, and only if reading starts before them. */
+    const Lsn presized = shared->presized_redo_lsn;
+    shared->presized_redo_lsn = 0;
+    Lsn walked;
+    if (presized != 0 && start <= presized && growth_load(presized)) {
+        walked = presized;
+        ereport(LOG, (errmsg("ptrack WAL follower takes the relation file sizes recorded before recovery, "
+                             "which started at %X/%X", PTRACK_LSN_ARGS(presized))));
+    } else {
+        growth_reset();
+        walked = growth_walk(true);
+    }
     if (floor == UINT64_MAX)
         floor = walked;
     const Lsn fresh_init = Max(Max(start, floor), walked);

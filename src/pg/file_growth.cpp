@@ -305,6 +305,21 @@ void growth_commit_save()
     (void) durable_rename(kSizesNewFileName, kSizesFileName, WARNING);
 }
 
+bool growth_save_before_recovery(Lsn redo)
+{
+    growth_create();
+    ++walk_number;
+    WalkState walk{true, nullptr, 0, 0}; /* a baseline records sizes only */
+    walk_data_directory(note_file, &walk);
+    const bool ok = growth_prepare_save(redo);
+    if (ok)
+        growth_commit_save();
+    hash_destroy(sizes);
+    sizes = nullptr;
+    last_entry = nullptr;
+    return ok;
+}
+
 void remove_sizes_files()
 {
     remove_file_if_exists(kSizesNewFileName, LOG);

@@ -72,6 +72,17 @@ void growth_truncated(const RelFork& rel, BlockNumber nblocks);
 /* A WAL record created or dropped every file of database `db` in tablespace `spc`. */
 void growth_database_replaced(uint32_t spc, uint32_t db);
 
+/*
+ * Before recovery, in the postmaster (map_load.cpp): records the size of
+ * every relation file as it is before the startup process replays anything
+ * and saves them as ptrack.sizes for `redo`, the LSN recovery starts from,
+ * so that a fresh map's follower can take them as its baseline instead of a
+ * walk made after replay (docs/design.md section 7.1).  Leaves no table
+ * behind; false (WARNING logged) if the file could not be written.  Raises
+ * an ERROR if the data directory cannot be read.
+ */
+bool growth_save_before_recovery(Lsn redo);
+
 /* Writes ptrack.sizes.new for a save complete up to `covered`; false on failure (WARNING logged). */
 bool growth_prepare_save(Lsn covered);
 

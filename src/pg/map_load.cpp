@@ -33,6 +33,7 @@ extern "C" {
 
 #include "bypass.h"
 #include "capture_source.h"
+#include "file_growth.h"
 #include "limits_file.h"
 #include "map_io.h"
 #include "map_persistence.h"
@@ -412,6 +413,39 @@ const char* limits_distrust_reason(const ControlFileData* control, Lsn map_cover
 }
 
 /*
+ * The wal source's fresh map in a data directory restored from a base
+ * backup: the relation file sizes before recovery, saved for the follower
+ * (file_growth.h); returns the redo LSN they are saved for, or 0.
+ *
+ * Why: the follower starts once the server is consistent (on a standby) or
+ * recovery is over, and marks the blocks files gain after its baseline of
+ * sizes, while the WAL it reads from the backup's redo LSN on shows every
+ * other change.  A baseline taken when it starts would hide the zero pages
+ * replay added before it (XLogReadBufferExtended() fills a file up to the
+ * block a record names), and a FULL backup on a fresh standby may copy a
+ * file before them.  Sizes taken here, before the startup process exists,
+ * are the files as the backup left them; every block added after is seen,
+ * so the fresh map is complete from the backup's redo LSN, which is where a
+ * FULL backup taken on the new standby right away starts (the redo LSN of
+ * its latest restartpoint).  Blocks a primary added without WAL before the
+ * backup copied the file are in the backup's copy and in every backup of
+ * this server.  After a crash the files may hold blocks added without WAL
+ * after the redo LSN and before a backup's start, so this proof does not
+ * apply: the follower's own baseline stands, and ptrack_init_lsn() with it.
+ */
+Lsn presize_before_recovery()
+{
+    if (capture_source != CaptureSourceId::kWal || !backup_label_present())
+        return 0;
+    const Lsn redo = base_backup_redo_lsn();
+    if (redo == 0 || !growth_save_before_recovery(redo))
+        return 0;
+    ereport(LOG, (errmsg("ptrack recorded the relation file sizes before recovery from the base backup's "
+                         "redo LSN %X/%X", PTRACK_LSN_ARGS(redo))));
+    return redo;
+}
+
+/*
  * A fresh, empty map: no file to use (`reason` nullptr), or one that is not
  * trusted (removed when `remove_rejected`, i.e. it was read and judged).
  */
@@ -423,6 +457,7 @@ void start_fresh(SharedState* state, Map* map, const ControlFileData* control, c
     map->clear();
     limits.clear();
     state->init_lsn = fresh_map_init_lsn(control, map);
+    state->presized_redo_lsn = presize_before_recovery();
     state->loaded_covered_lsn = 0;
     state->loaded_timeline = 0;
     /* Never let a rejected file be read again, e.g. after a crash before the next flush. */
@@ -448,6 +483,7 @@ void load_map(SharedState* state, Map* map)
 
     ControlFileData* control = read_control_file();
     state->fresh_init_floor = fresh_wal_init_floor(control);
+    state->presized_redo_lsn = 0;
     const int fd = OpenTransientFile(kMapFileName, O_RDONLY | PG_BINARY);
     if (fd < 0) {
         struct stat st;

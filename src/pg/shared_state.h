@@ -47,6 +47,8 @@ struct SharedState {
                                   latest save (where a restarted follower resumes); 0 for a fresh map */
     uint32_t loaded_timeline;  /* timeline of that save */
     Lsn fresh_init_floor;      /* wal: a fresh map's init_lsn is at least this (map_load.cpp) */
+    Lsn presized_redo_lsn;     /* wal: ptrack.sizes holds the file sizes from before recovery, which starts
+                                  at this redo LSN; 0 if not (map_load.cpp, capture_wal.cpp) */
     uint64_t restart_count;    /* atomic; tracking restarts since the server started */
     FollowerProgress follower;
 };
