@@ -287,7 +287,14 @@ void establish_start()
     }
     if (restart == InvalidXLogRecPtr)
         restart = reserve_wal();
-    start_fresh(restart, shared->fresh_init_floor);
+    /*
+     * A restored primary's WAL was read before recovery up to the scan's end
+     * (map_load.cpp); read on from there.  That WAL is in the segment of the
+     * end-of-recovery checkpoint or just before it: if it is gone after all,
+     * reading fails and tracking restarts, never silently.
+     */
+    const Lsn scan_end = shared->restored_scan_end;
+    start_fresh(scan_end != 0 && scan_end < restart ? scan_end : restart, shared->fresh_init_floor);
 }
 
 /*
@@ -299,11 +306,22 @@ void establish_start()
  */
 void start_fresh(Lsn start, Lsn floor)
 {
-    /* Sizes recorded before recovery (map_load.cpp) serve once, and only if reading starts before them. */
+    /*
+     * What map_load.cpp prepared before recovery serves once: the sizes, if
+     * no WAL between them and `start` goes unread (reading starts before
+     * them, or the scan read up to `start`); the scan's range, if reading
+     * goes on from its end.
+     */
     const Lsn presized = shared->presized_redo_lsn;
+    const Lsn scan_from = shared->restored_scan_from;
+    const Lsn scan_end = shared->restored_scan_end;
     shared->presized_redo_lsn = 0;
+    shared->restored_scan_from = 0;
+    shared->restored_scan_end = 0;
+    const bool scanned = scan_end != 0 && start <= scan_end;
+    const Lsn read_from = scanned ? Min(start, scan_from) : start;
     Lsn walked;
-    if (presized != 0 && start <= presized && growth_load(presized)) {
+    if (presized != 0 && start <= Max(presized, scanned ? scan_end : 0) && growth_load(presized)) {
         walked = presized;
         ereport(LOG, (errmsg("ptrack WAL follower takes the relation file sizes recorded before recovery, "
                              "which started at %X/%X", PTRACK_LSN_ARGS(presized))));
@@ -313,7 +331,7 @@ void start_fresh(Lsn start, Lsn floor)
     }
     if (floor == UINT64_MAX)
         floor = walked;
-    const Lsn fresh_init = Max(Max(start, floor), walked);
+    const Lsn fresh_init = Max(Max(read_from, floor), walked);
     follower.next = start;
     follower.next_is_record_end = false;
     follower.started = true;

@@ -288,6 +288,29 @@ Lsn base_backup_redo_lsn()
     return have_start && streamed ? (static_cast<Lsn>(hi) << 32 | lo) : 0;
 }
 
+/*
+ * True if no WAL record can end at `lsn`: it is the first byte after a page
+ * header.  A record that fills its page up ends at the page boundary (its
+ * end pointer is the boundary), and the next record starts after the header
+ * (xlog.c, XLogBytePosToRecPtr).  A checkpoint's redo LSN is often such a
+ * position (the first record of a segment).
+ */
+bool follows_page_header(Lsn lsn, uint32_t segment_bytes)
+{
+    const uint64_t in_segment = segment_bytes > 0 ? lsn % segment_bytes : UINT64_MAX;
+    return in_segment == SizeOfXLogLongPHD || (in_segment >= XLOG_BLCKSZ && lsn % XLOG_BLCKSZ == SizeOfXLogShortPHD);
+}
+
+/*
+ * The first LSN from which a scan that read the WAL from its start proves
+ * every change: `redo`, unless a record ending exactly there may have been
+ * left unread (pagemapset(redo) must list it), then one byte past it.
+ */
+Lsn scanned_from(const StartupScan& scan, Lsn redo, uint32_t segment_bytes)
+{
+    return scan.start < redo || follows_page_header(redo, segment_bytes) ? redo : redo + 1;
+}
+
 /* Logs what a startup scan did. */
 void log_startup_scan(const StartupScan& scan, const char* what)
 {
@@ -346,8 +369,7 @@ Lsn fresh_map_init_lsn(const ControlFileData* control, Map* map)
         return 0;
     }
     log_startup_scan(scan, "since the redo LSN recovery starts from");
-    /* pagemapset(redo) must list a record ending exactly at redo: read only if the scan began before it. */
-    return control->state == DB_SHUTDOWNED_IN_RECOVERY || scan.start >= redo ? redo + 1 : redo;
+    return control->state == DB_SHUTDOWNED_IN_RECOVERY ? redo + 1 : scanned_from(scan, redo, control->xlog_seg_size);
 }
 
 /*
@@ -446,6 +468,57 @@ Lsn presize_before_recovery()
 }
 
 /*
+ * The wal source's fresh map in a data directory restored from a base
+ * backup that starts as a primary (neither standby.signal nor
+ * recovery.signal): marks what the WAL in pg_wal changed from the backup's
+ * redo LSN on, the WAL recovery is about to replay, and records the range
+ * in `state` for the follower (capture_wal.cpp).
+ *
+ * Why: such a server replays only what pg_wal holds and then writes its
+ * end-of-recovery checkpoint; its follower starts after that and reserves
+ * the WAL from that checkpoint on, so without this scan the fresh map would
+ * start there, and the restored backup could not be the parent of the next
+ * incremental one.  Recovery replays nothing beyond the end of the valid WAL
+ * in pg_wal (with neither signal file there is no restore_command and no
+ * streaming), and no backend writes WAL before the end-of-recovery
+ * checkpoint, so the scan's range, then the follower reading from the
+ * scan's end, see every change after the redo LSN.  A standby (or
+ * recovery.signal with hot_standby) needs none of this: its follower starts
+ * at consistency and reads from the backup's redo LSN itself.
+ */
+void scan_restored_primary(const ControlFileData& control, Lsn redo, Map* map, SharedState* state)
+{
+    struct stat st;
+    if (stat(STANDBY_SIGNAL_FILE, &st) == 0 || stat(RECOVERY_SIGNAL_FILE, &st) == 0)
+        return;
+    StartupScan scan;
+    const char* why = scan_wal_at_startup(control, redo, control.checkPointCopy.ThisTimeLineID, map, &scan);
+    if (why != nullptr) {
+        map->clear();
+        ereport(LOG, (errmsg("ptrack cannot prove the WAL since the base backup's redo LSN %X/%X complete: %s",
+                             PTRACK_LSN_ARGS(redo), why),
+                      errdetail("ptrack_init_lsn() is established where the WAL follower starts reading.")));
+        return;
+    }
+    log_startup_scan(scan, "since the base backup's redo LSN");
+    /*
+     * The sizes saved before recovery are those of before its truncations,
+     * which the follower, starting after them, never applies: a file cut
+     * there and grown again without WAL, up to its old length, before the
+     * follower's first walk, would show no growth.  Not proven then.
+     */
+    if (scan.truncations > 0) {
+        ereport(LOG, (errmsg("ptrack cannot use the WAL since the base backup's redo LSN %X/%X: %llu records "
+                             "there truncate relations",
+                             PTRACK_LSN_ARGS(redo), static_cast<unsigned long long>(scan.truncations)),
+                      errdetail("ptrack_init_lsn() is established where the WAL follower starts reading.")));
+        return;
+    }
+    state->restored_scan_from = scanned_from(scan, redo, control.xlog_seg_size);
+    state->restored_scan_end = scan.end;
+}
+
+/*
  * A fresh, empty map: no file to use (`reason` nullptr), or one that is not
  * trusted (removed when `remove_rejected`, i.e. it was read and judged).
  */
@@ -458,6 +531,8 @@ void start_fresh(SharedState* state, Map* map, const ControlFileData* control, c
     limits.clear();
     state->init_lsn = fresh_map_init_lsn(control, map);
     state->presized_redo_lsn = presize_before_recovery();
+    if (state->presized_redo_lsn != 0 && control != nullptr)
+        scan_restored_primary(*control, state->presized_redo_lsn, map, state);
     state->loaded_covered_lsn = 0;
     state->loaded_timeline = 0;
     /* Never let a rejected file be read again, e.g. after a crash before the next flush. */
@@ -484,6 +559,8 @@ void load_map(SharedState* state, Map* map)
     ControlFileData* control = read_control_file();
     state->fresh_init_floor = fresh_wal_init_floor(control);
     state->presized_redo_lsn = 0;
+    state->restored_scan_from = 0;
+    state->restored_scan_end = 0;
     const int fd = OpenTransientFile(kMapFileName, O_RDONLY | PG_BINARY);
     if (fd < 0) {
         struct stat st;

@@ -98,6 +98,7 @@ public:
 
     void relation_limit(const RelFork& rel, BlockNumber limit, Lsn) noexcept override
     {
+        truncations_ += limit > 0 ? 1 : 0;
         if (count_ == capacity_ && !grow())
             return;
         limits_[count_++] = FileLimit{rel, limit};
@@ -109,6 +110,8 @@ public:
     uint64_t mark_files(Lsn lsn) noexcept;
 
     bool out_of_memory() const noexcept { return out_of_memory_; }
+
+    uint64_t truncations() const noexcept { return truncations_; }
 
     void release() noexcept
     {
@@ -141,6 +144,7 @@ private:
     size_t count_ = 0;
     size_t capacity_ = 0;
     bool out_of_memory_ = false;
+    uint64_t truncations_ = 0;
 };
 PTRACK_FRAME_SAFE(ScanSink);
 
@@ -307,8 +311,10 @@ const char* scan_wal_at_startup(const ControlFileData& control, Lsn from, TimeLi
             why = reason("the WAL in pg_wal could not be read after %X/%X, but continues in a later segment",
                          PTRACK_LSN_ARGS(scan->end));
     }
-    if (why == nullptr)
+    if (why == nullptr) {
         scan->files = sink.mark_files(scan->end);
+        scan->truncations = sink.truncations();
+    }
     sink.release();
     return why;
 }

@@ -33,6 +33,7 @@ struct StartupScan {
     Lsn end;            /* end of the last valid record: every change before it is marked */
     uint64_t records;   /* records read */
     uint64_t files;     /* relation files created or truncated in the range, marked from their size */
+    uint64_t truncations; /* records in the range that cut a relation fork to a length above 0 */
 };
 PTRACK_FRAME_SAFE(StartupScan);
 
