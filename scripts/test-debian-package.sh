@@ -16,12 +16,14 @@
 #      that throws;
 #   4. in a private mount namespace (unshare -m) with overlays over /usr, /etc,
 #      /var/lib/dpkg and /var/log, so that the host's files and dpkg database
-#      are never changed: dpkg -i the package, initdb a cluster (as the
-#      unprivileged user ptrack_test, loopback and a private socket directory
-#      only) with t/regress.conf (shared_preload_libraries = 'ptrack',
-#      ptrack.map_size), checks that it runs wal capture, runs the Makefile's
-#      REGRESS suite with pg_regress against it, then restarts it with
-#      t/regress_off.conf and runs ptrack_off;
+#      are never changed: dpkg -i the package, pg_createcluster a cluster
+#      owned by the unprivileged user ptrack_test (PostgreSQL refuses root;
+#      loopback and a private socket directory only), put t/regress.conf
+#      (shared_preload_libraries = 'ptrack', ptrack.map_size) into its conf.d
+#      as the README says, start it with pg_ctlcluster, check that it runs
+#      the packaged ptrack.so with wal capture, run the Makefile's
+#      REGRESS suite with pg_regress against it, then restart it with
+#      t/regress_off.conf and run ptrack_off;
 #   5. checks that the host has no postgresql-15-ptrack package afterwards.
 # Every failed step says what failed and shows the relevant log.  The servers
 # are stopped by their PID; the work directory is removed at exit.
@@ -89,27 +91,29 @@ in_namespace() {
 	[[ -n $port ]] || die "found no free port on 127.0.0.1"
 
 	local data=$work/data sock=$work/sock log=$work/log/server.log
-	install -d -o "$TEST_USER" -m 0700 "$data"
 	install -d -o "$TEST_USER" -m 0700 "$sock"
 	install -d -o "$TEST_USER" -m 0755 "$work/log" "$work/regress"
 	as_user() { (cd / && runuser -u "$TEST_USER" -- "$@"); }
 
-	say "initdb (as $TEST_USER, port $port on 127.0.0.1 only)"
-	as_user "$STOCK_BIN/initdb" -D "$data" --auth=trust --no-sync --locale=C.UTF-8 \
-		>"$work/log/initdb.out" 2>&1 || { cat "$work/log/initdb.out" >&2; die "initdb failed"; }
-	cat >>"$data/postgresql.conf" <<-EOF
-		# scripts/test-debian-package.sh
-		listen_addresses = '127.0.0.1'
-		port = $port
-		unix_socket_directories = '$sock'
-		include_if_exists = 'ptrack_test.conf'
-	EOF
+	# A cluster made the Debian way (pg_createcluster: configuration in
+	# /etc/postgresql/15/NAME, which is in the overlay), owned by the test
+	# user, with the README's settings in its conf.d.
+	local cluster=ptrack_pkgtest_$$
+	local confdir=/etc/postgresql/$PGVER/$cluster
+	say "pg_createcluster $PGVER $cluster (owner $TEST_USER, port $port, socket $sock)"
+	pg_createcluster -u "$TEST_USER" -d "$data" -s "$sock" -p "$port" -l "$log" \
+		--start-conf=manual --locale=C.UTF-8 "$PGVER" "$cluster" >"$work/log/createcluster.out" 2>&1 || {
+		cat "$work/log/createcluster.out" >&2
+		die "pg_createcluster failed"
+	}
+	grep -qE "^[[:space:]]*include_dir[[:space:]]*=[[:space:]]*'conf.d'" "$confdir/postgresql.conf" ||
+		die "$confdir/postgresql.conf does not include conf.d (the README's install step relies on it)"
 
 	local pid=""
 	server_start() {
-		if ! as_user "$STOCK_BIN/pg_ctl" start -w -t 120 -D "$data" -l "$log" \
-			>"$work/log/pg_ctl.out" 2>&1; then
-			cat "$work/log/pg_ctl.out" >&2
+		if ! pg_ctlcluster --skip-systemctl-redirect "$PGVER" "$cluster" start \
+			>"$work/log/pg_ctlcluster.out" 2>&1; then
+			cat "$work/log/pg_ctlcluster.out" >&2
 			say "server log ($log):"
 			tail -n 50 "$log" >&2 || true
 			die "the stock server does not start with the packaged ptrack preloaded"
@@ -163,7 +167,11 @@ in_namespace() {
 		local name=$1 conf=$2
 		shift 2
 		server_stop
-		install -o "$TEST_USER" -m 0600 "$src/$conf" "$data/ptrack_test.conf"
+		{
+			echo "# scripts/test-debian-package.sh: loopback only, and $conf"
+			echo "listen_addresses = '127.0.0.1'"
+			cat "$src/$conf"
+		} >"$confdir/conf.d/ptrack.conf"
 		say "== $name: server with $conf =="
 		server_start
 		say "server pid $pid: $(sql 'SELECT version()' | cut -d, -f1)"
@@ -236,7 +244,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 [[ $(id -u) -eq 0 ]] || die "needs root (dpkg -i and overlay mounts in a private mount namespace, runuser)"
-for tool in dpkg-buildpackage dpkg-parsechangelog dh pg_buildext unshare runuser; do
+for tool in dpkg-buildpackage dpkg-parsechangelog dh pg_buildext pg_createcluster pg_ctlcluster unshare runuser; do
 	command -v "$tool" >/dev/null || die "$tool not found (apt-get install dpkg-dev debhelper postgresql-server-dev-all util-linux)"
 done
 [[ -x $STOCK_BIN/postgres && -x $STOCK_BIN/pg_config ]] ||
@@ -293,7 +301,9 @@ else
 fi
 [[ -f $src/debian/rules ]] || die "the copy of the tree in $src has no debian/rules"
 
+built=0
 if [[ -z $deb ]]; then
+	built=1
 	(cd "$src" && find . -path ./debian/.git -prune -o -print | LC_ALL=C sort) >"$work/files.before"
 	arch=$(dpkg --print-architecture)
 	build_opts="parallel=$(nproc)"
@@ -357,5 +367,7 @@ status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG" 2>/dev/null || true)
 if owner=$(dpkg -S "$pkglibdir/ptrack.so" 2>/dev/null); then
 	die "a package owns $pkglibdir/ptrack.so on the host: $owner"
 fi
-say "ok: the host has no $PKG package and no package owns $pkglibdir/ptrack.so"
-say "PASS: $(basename "$deb") builds, installs and passes pg_regress on the stock server ($((SECONDS - start))s)"
+leftover=$(compgen -G "/etc/postgresql/$PGVER/ptrack_pkgtest_*" || true)
+[[ -z $leftover ]] || die "the test's cluster configuration is on the host: $leftover"
+say "ok: the host has no $PKG package, no package owns $pkglibdir/ptrack.so, no test cluster"
+say "PASS: $(basename "$deb") $([[ $built -eq 1 ]] && echo "builds, ")installs and passes pg_regress on the stock server ($((SECONDS - start))s)"
