@@ -105,8 +105,12 @@ fi
 if [ "$package" = 1 ]; then
     # --nocheck: the package build would compile and run the unit tests
     # again (about a minute of CPU); they ran above.
+    # With the patched server built above, it also checks that the packaged
+    # ptrack.so takes the hooks there.
+    pkg_args=(--nocheck)
+    [ -n "${prefix:-}" ] && pkg_args+=(--patched "$prefix")
     if [ "$(id -u)" -eq 0 ]; then
-        scripts/test-debian-package.sh --nocheck || status=1
+        scripts/test-debian-package.sh "${pkg_args[@]}" || status=1
     else
         echo "run-tests: scripts/test-debian-package.sh NOT run: it needs root (dpkg -i in a private mount namespace)" >&2
         status=1

@@ -23,15 +23,20 @@
 #      as the README says, start it with pg_ctlcluster, check that it runs
 #      the packaged ptrack.so with wal capture, run the Makefile's
 #      REGRESS suite with pg_regress against it, then restart it with
-#      t/regress_off.conf and run ptrack_off;
+#      t/regress_off.conf and run ptrack_off; with --patched PREFIX, start the
+#      patched server with the packaged ptrack.so preloaded: it must take the
+#      hooks there;
 #   5. checks that the host has no postgresql-15-ptrack package afterwards.
 # Every failed step says what failed and shows the relevant log.  The servers
 # are stopped by their PID; the work directory is removed at exit.
 #
-# Usage: scripts/test-debian-package.sh [--nocheck] [--deb FILE] [--keep]
+# Usage: scripts/test-debian-package.sh [--nocheck] [--deb FILE] [--patched PREFIX] [--keep]
 #   --nocheck  build with DEB_BUILD_OPTIONS=nocheck (skips the engine unit
 #              tests in the package build; scripts/run-tests.sh runs them anyway)
 #   --deb FILE test this already built package instead of building one
+#   --patched PREFIX  also check that the packaged ptrack.so loads on the
+#              patched server in PREFIX (scripts/build-postgres.sh) and takes
+#              the hooks there
 #   --keep     keep the work directory (build log, server logs, regression output)
 # Needs root (dpkg -i and mounts in the private namespace, runuser), and the
 # build dependencies of debian/control (scripts/run-tests.sh --package
@@ -50,7 +55,7 @@ die() { say "ERROR: $*"; exit 1; }
 # Stage 2: inside the private mount namespace (the script runs itself there).
 # ---------------------------------------------------------------------------
 in_namespace() {
-	local work=$1 deb=$2 src=$3
+	local work=$1 deb=$2 src=$3 patched=${4:-}
 	local ovl=$work/overlay
 	mkdir -p "$ovl"
 	# The upper layers live in a tmpfs of this namespace: everything dpkg
@@ -102,7 +107,8 @@ in_namespace() {
 	local confdir=/etc/postgresql/$PGVER/$cluster
 	say "pg_createcluster $PGVER $cluster (owner $TEST_USER, port $port, socket $sock)"
 	pg_createcluster -u "$TEST_USER" -d "$data" -s "$sock" -p "$port" -l "$log" \
-		--start-conf=manual --locale=C.UTF-8 "$PGVER" "$cluster" >"$work/log/createcluster.out" 2>&1 || {
+		--start-conf=manual --locale=C.UTF-8 "$PGVER" "$cluster" -- --no-sync \
+		>"$work/log/createcluster.out" 2>&1 || {
 		cat "$work/log/createcluster.out" >&2
 		die "pg_createcluster failed"
 	}
@@ -208,8 +214,37 @@ in_namespace() {
 	[[ -f $src/sql/ptrack_off.sql ]] || die "no sql/ptrack_off.sql (the Makefile's installcheck-off suite)"
 	run_suite tracking-off t/regress_off.conf ptrack_off
 	server_stop
-	trap - EXIT
 	say "the package works on the stock server (pg_regress: $regress; ptrack_off)"
+
+	[[ -n $patched ]] || { trap - EXIT; return 0; }
+	# The same ptrack.so on a server with the core patch: it must load there
+	# and take the hooks.  (The patched server has its own library directory;
+	# shared_preload_libraries takes the packaged file by its path.)
+	say "== the packaged ptrack.so on the patched server $patched =="
+	[[ -x $patched/bin/postgres && -x $patched/bin/initdb ]] || die "no patched server in $patched"
+	data=$work/data-patched
+	install -d -o "$TEST_USER" -m 0700 "$data"
+	as_user "$patched/bin/initdb" -D "$data" --auth=trust --no-sync --locale=C.UTF-8 \
+		>"$work/log/initdb-patched.out" 2>&1 || { cat "$work/log/initdb-patched.out" >&2; die "initdb ($patched) failed"; }
+	cat >>"$data/postgresql.conf" <<-EOF
+		listen_addresses = '127.0.0.1'
+		port = $port
+		unix_socket_directories = '$sock'
+		shared_preload_libraries = '$pkglibdir/ptrack.so'
+		ptrack.map_size = 1MB
+	EOF
+	log=$work/log/server-patched.log
+	if ! as_user "$patched/bin/pg_ctl" start -w -t 120 -D "$data" -l "$log" >"$work/log/pg_ctl-patched.out" 2>&1; then
+		cat "$work/log/pg_ctl-patched.out" >&2
+		tail -n 30 "$log" >&2 || true
+		die "the patched server does not start with the packaged ptrack.so preloaded"
+	fi
+	pid=$(head -n 1 "$data/postmaster.pid")
+	grep -q " $pkglibdir/ptrack.so\$" "/proc/$pid/maps" ||
+		die "the patched postmaster (pid $pid) has not mapped $pkglibdir/ptrack.so"
+	check "patched server: the packaged ptrack.so captures with the hooks" hooks "SHOW ptrack.capture"
+	server_stop
+	trap - EXIT
 }
 
 # control_version FILE: default_version of an extension control file.
@@ -229,16 +264,21 @@ fi
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
-nocheck=0 keep=0 deb=""
+nocheck=0 keep=0 deb="" patched=""
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--nocheck) nocheck=1 ;;
+	--patched)
+		[[ $# -ge 2 ]] || die "--patched needs the patched server's prefix"
+		patched=$2
+		[[ -x $patched/bin/postgres ]] || die "--patched $patched: no bin/postgres there"
+		shift ;;
 	--keep) keep=1 ;;
 	--deb)
 		[[ $# -ge 2 ]] || die "--deb needs a file"
 		deb=$(realpath "$2") || die "no such file: $2"
 		shift ;;
-	*) die "unknown argument '$1' (usage: $0 [--nocheck] [--deb FILE] [--keep])" ;;
+	*) die "unknown argument '$1' (usage: $0 [--nocheck] [--deb FILE] [--patched PREFIX] [--keep])" ;;
 	esac
 	shift
 done
@@ -357,7 +397,7 @@ say "ok: the package holds ptrack.so, ptrack.control (default_version $shipped) 
 # 4. Install and test in a private mount namespace.
 say "installing and testing in a private mount namespace"
 phase=$SECONDS
-unshare --mount --propagation private -- "$repo/scripts/test-debian-package.sh" --in-namespace "$work" "$deb" "$src" ||
+unshare --mount --propagation private -- "$repo/scripts/test-debian-package.sh" --in-namespace "$work" "$deb" "$src" "$patched" ||
 	die "FAIL: the installed package did not pass (above)"
 say "installed and tested in $((SECONDS - phase))s"
 
