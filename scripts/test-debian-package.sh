@@ -313,7 +313,7 @@ cleanup() {
 		rm -rf "$repo/test-logs/package"
 		mkdir -p "$repo/test-logs/package"
 		local f
-		for f in build.log clean.log files.diff log regress; do
+		for f in build.log clean.log files.diff dpkg-i.out log regress; do
 			[[ -e $work/$f ]] && cp -a "$work/$f" "$repo/test-logs/package/" || true
 		done
 		say "logs copied to $repo/test-logs/package/"
