@@ -410,4 +410,4 @@ fi
 leftover=$(compgen -G "/etc/postgresql/$PGVER/ptrack_pkgtest_*" || true)
 [[ -z $leftover ]] || die "the test's cluster configuration is on the host: $leftover"
 say "ok: the host has no $PKG package, no package owns $pkglibdir/ptrack.so, no test cluster"
-say "PASS: $(basename "$deb") $([[ $built -eq 1 ]] && echo "builds, ")installs and passes pg_regress on the stock server ($((SECONDS - start))s)"
+say "PASS: $(basename "$deb") $([[ $built -eq 1 ]] && echo "builds, ")installs and passes pg_regress on the stock server$([[ -n $patched ]] && echo ", takes the hooks on the patched one") ($((SECONDS - start))s)"
