@@ -7,7 +7,10 @@
 #          (scripts/build-postgres.sh, cached);
 #   wal:   pg_regress and the TAP suite on Debian's stock postgresql-15,
 #          where ptrack captures changes from the WAL;
-#   scripts/test-debian-cluster.sh: a Debian cluster starts on the patched server.
+#   scripts/test-debian-cluster.sh: a Debian cluster starts on the patched server;
+#   with --package (or PTRACK_TEST_PACKAGE=1): scripts/test-debian-package.sh
+#          builds the Debian package, installs it in a private mount namespace
+#          and runs pg_regress against a stock cluster (needs root; CI runs it).
 #
 # Each TAP test runs in both modes unless it says it is specific to one
 # (PtrackCluster::capture_mode()).  PostgreSQL refuses to run as root, and CI
@@ -15,22 +18,30 @@
 # user (ptrack_test, created if missing) on a copy of the tree, and their logs
 # are copied back to ./test-logs/<mode>/.
 #
-# Usage: scripts/run-tests.sh [--mode hooks|wal|both] [PROVE_TESTS='t/001_x.pl ...']
+# Usage: scripts/run-tests.sh [--mode hooks|wal|both] [--package] [PROVE_TESTS='t/001_x.pl ...']
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 mode=both
-if [ "${1:-}" = --mode ]; then
-    mode=$2
-    shift 2
-fi
+package=${PTRACK_TEST_PACKAGE:-0}
+while [ $# -gt 0 ]; do
+    case $1 in
+        --mode) [ $# -ge 2 ] || { echo "run-tests: --mode needs a value" >&2; exit 2; }
+                mode=$2; shift 2 ;;
+        --package) package=1; shift ;;
+        *) break ;;
+    esac
+done
 case $mode in hooks|wal|both) ;; *) echo "run-tests: --mode must be hooks, wal or both" >&2; exit 2 ;; esac
 
 STOCK_PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 
 need_pkgs=()
-for p in libgtest-dev libipc-run-perl g++ postgresql-15 postgresql-server-dev-15 gdb; do
+pkgs=(libgtest-dev libipc-run-perl g++ postgresql-15 postgresql-server-dev-15 gdb)
+# The package build: dpkg-buildpackage, dh, pg_buildext (debian/control).
+[ "$package" = 1 ] && pkgs+=(dpkg-dev debhelper postgresql-server-dev-all)
+for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -91,6 +102,20 @@ fi
 if [ "$mode" != hooks ]; then
     run_mode wal "$STOCK_PG_CONFIG" "$@" || status=$?
 fi
+if [ "$package" = 1 ]; then
+    # --nocheck: the package build would compile and run the unit tests
+    # again (about a minute of CPU); they ran above.
+    # With the patched server built above, it also checks that the packaged
+    # ptrack.so takes the hooks there.
+    pkg_args=(--nocheck)
+    [ -n "${prefix:-}" ] && pkg_args+=(--patched "$prefix")
+    if [ "$(id -u)" -eq 0 ]; then
+        scripts/test-debian-package.sh "${pkg_args[@]}" || status=1
+    else
+        echo "run-tests: scripts/test-debian-package.sh NOT run: it needs root (dpkg -i in a private mount namespace)" >&2
+        status=1
+    fi
+fi
 make -s PG_CONFIG="$STOCK_PG_CONFIG" clean >/dev/null
-[ $status -eq 0 ] && echo "run-tests: all suites passed ($mode)" >&2
+[ $status -eq 0 ] && echo "run-tests: all suites passed ($mode$([ "$package" = 1 ] && echo ', package'))" >&2
 exit $status
