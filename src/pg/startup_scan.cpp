@@ -183,20 +183,6 @@ uint64_t ScanSink::mark_files(Lsn lsn) noexcept
     return existing;
 }
 
-/* The reason text returned to the caller: valid until the next call. */
-char reason_text[256];
-
-const char* reason(const char* format, ...) pg_attribute_printf(1, 2);
-
-const char* reason(const char* format, ...)
-{
-    va_list args;
-    va_start(args, format);
-    vsnprintf(reason_text, sizeof(reason_text), format, args);
-    va_end(args);
-    return reason_text;
-}
-
 /*
  * True if pg_wal holds a segment or history file of a timeline after
  * `timeline` (its WAL is not read by the scan).

@@ -143,20 +143,6 @@ constexpr BlockNumber kHeapBlocksPerVmPage =
     static_cast<BlockNumber>((BLCKSZ - MAXALIGN(SizeOfPageHeaderData)) * (BITS_PER_BYTE / BITS_PER_HEAPBLOCK));
 static_assert(BLCKSZ != 8192 || kHeapBlocksPerVmPage == 32672, "HEAPBLOCKS_PER_PAGE of visibilitymap.c");
 
-/* The reason returned to the follower: valid until the next call. */
-char reason_text[256];
-
-const char* reason(const char* format, ...) pg_attribute_printf(1, 2);
-
-const char* reason(const char* format, ...)
-{
-    va_list args;
-    va_start(args, format);
-    vsnprintf(reason_text, sizeof(reason_text), format, args);
-    va_end(args);
-    return reason_text;
-}
-
 /* "heap2/VISIBLE (info 0x40)" for a reason text. */
 const char* record_kind(XLogReaderState* record, char* out, size_t size)
 {
@@ -340,6 +326,17 @@ bool apply_xlog(XLogReaderState* record, const char** why)
 }
 
 }  // namespace
+
+/* One buffer per process: the follower and the startup scan each keep only their latest reason. */
+const char* reason(const char* format, ...)
+{
+    static char text[256];
+    va_list args;
+    va_start(args, format);
+    vsnprintf(text, sizeof(text), format, args);
+    va_end(args);
+    return text;
+}
 
 const char* capture_wal_record(XLogReaderState* record, WalChangeSink& sink)
 {

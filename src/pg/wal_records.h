@@ -48,6 +48,13 @@ protected:
  */
 const char* capture_wal_record(XLogReaderState* record, WalChangeSink& sink);
 
+/*
+ * printf into a buffer of this process, for the reasons the WAL readers
+ * (this file, the follower, the startup scan) return: valid until the next
+ * call.
+ */
+const char* reason(const char* format, ...) pg_attribute_printf(1, 2);
+
 }  // namespace ptrack::pg
 
 #endif
