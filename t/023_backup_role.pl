@@ -20,13 +20,14 @@
 #      CREATE SCHEMA ptrack; CREATE EXTENSION ptrack WITH SCHEMA ptrack, the
 #      two blocks in backupdb, and incremental 2 as `backup` through backupdb;
 #   5. full + incremental 1 + incremental 2 restored equals the source;
-#   6. with PTRACK_PG_PROBACKUP=/path/to/pg_probackup (skipped otherwise):
-#      pg_probackup as `backup`: a PTRACK backup through a database without
-#      the extension fails ("does not support ptrack"), one through a
-#      database where only the PostgreSQL block ran fails with a permission
-#      error, then FULL --stream through backupdb, PTRACK --stream through
-#      backupdb (schema ptrack) and through postgres (schema public);
-#      restore, compare.
+#   6. with PTRACK_PG_PROBACKUP=/path/to/pg_probackup (skipped otherwise),
+#      pg_probackup as `backup`: FULL --stream through backupdb; a PTRACK
+#      backup through a database without the extension fails ("does not
+#      support ptrack"), one through a database where only the PostgreSQL
+#      block ran fails with "permission denied for function ptrack_init_lsn",
+#      and both leave nothing behind; PTRACK --stream through backupdb
+#      (schema ptrack), then through postgres (schema public); pg_probackup's
+#      restore of the chain equals the source.
 #
 # Works with both capture sources (the functions are the same; with wal
 # capture they wait for the follower).
