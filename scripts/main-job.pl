@@ -417,7 +417,9 @@ EOS
 				  . 'ptrack_get_pagemapset: %.0f ms', $incr{pagemapset_ms}));
 	}
 	say_tty('("read": bytes the backup tool read, from disk or the page cache, '
-		  . 'with its validation and WAL: /proc/<pid>/io rchar)') if $pgpro;
+		  . 'with its validation and WAL: /proc/<pid>/io rchar; pg_probackup 2.5 '
+		  . 'reads 64 KB for each page it seeks to, so DELTA\'s count is several '
+		  . 'times the cluster)') if $pgpro;
 	say_tty('("read": bytes this process read, from disk or the page cache: '
 		  . '/proc/self/io rchar)') unless $pgpro;
 	say_tty(sprintf('%-36s %.1f%% of the full backup\'s size', 'the incremental stored:',
