@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
 # Copyright (c) the ptrack authors
 #
-# main-job.sh -- the README's "main job": shows ptrack doing what it is for.
+# main-job.sh -- the README's "main job": what ptrack saves a DBA.
 #
 # Builds this extension into a PostgreSQL 15 server (by default Debian's own
 # postgresql-15, where ptrack captures changes from the WAL; with --server
 # patched, the server built with the core patch by scripts/build-postgres.sh,
-# where it uses the hooks), and runs
-# scripts/main-job.pl on a throwaway cluster (loopback/Unix socket only, in a
-# temporary directory): pgbench -i -s 10, full backup, a pgbench run,
-# incremental backup through ptrack_get_pagemapset(), restore, verification
-# against the source, and a human-readable summary.  Exits non-zero if the
+# where it uses the hooks; with --pg-config, the server of that pg_config),
+# and runs scripts/main-job.pl on a throwaway cluster (Unix socket only, in a
+# temporary directory): pgbench -i -s 10, a full backup, a day of changes to
+# a few percent of the blocks, the incremental backup against a full one and
+# against reading every page (pg_probackup DELTA), a restore verified against
+# the source, and a summary.  Backups are taken with pg_probackup when it is
+# there (--pg-probackup, $PTRACK_PG_PROBACKUP, or pg_probackup in PATH), else
+# with the project's own tool (t/lib/PtrackBackup.pm).  Exits non-zero if the
 # restored cluster differs from the source or amcheck finds corruption.
 #
-# Usage: scripts/main-job.sh [--server stock|patched] [--duration S] [--scale N] [--clients N] [--keep]
+# Usage: scripts/main-job.sh [--server stock|patched | --pg-config PATH] [--scale N] [--transactions N] [--hot P] [--new P] [--clients N] [--pg-probackup PATH | --builtin] [--keep]
 #   --server       stock (default): Debian's postgresql-15, wal capture;
 #                  patched: the server with the core patch, hooks capture
-#   --duration S   seconds of pgbench between the two backups (default 60)
+#   --pg-config    the pg_config of another PostgreSQL 15 installation (its
+#                  capture: hooks if it has the core patch, else wal); ptrack
+#                  is installed there
 #   --scale N      pgbench scale, at least 10 (default 10)
+#   --transactions N  transactions of the day (default 20000)
+#   --hot P        percent of the accounts they update, the newest (default 2)
+#   --new P        percent of new accounts inserted (default 1)
 #   --clients N    pgbench clients (default 4)
+#   --pg-probackup PATH  the pg_probackup binary (2.5.x for PostgreSQL 15)
+#   --builtin      use the built-in tool even if pg_probackup is there
 #   --keep         keep the temporary directory (data directories, backups,
 #                  logs); it is also kept when the job fails
 #
@@ -35,6 +45,7 @@ usage() { sed -n '/^# Usage:/,/^#   --keep/p' "$0" | sed 's/^# \{0,1\}//' >&2; }
 
 keep=0
 server=stock
+pg_config=
 args=()
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -43,10 +54,14 @@ while [ $# -gt 0 ]; do
 			[ $# -ge 2 ] || { usage; exit 2; }
 			server=$2; shift ;;
 		--server=*) server=${1#--server=} ;;
-		--duration|--scale|--clients)
+		--pg-config)
+			[ $# -ge 2 ] || { usage; exit 2; }
+			pg_config=$2; server=custom; shift ;;
+		--pg-config=*) pg_config=${1#--pg-config=}; server=custom ;;
+		--scale|--transactions|--hot|--new|--clients|--pg-probackup)
 			[ $# -ge 2 ] || { usage; exit 2; }
 			args+=("$1" "$2"); shift ;;
-		--duration=*|--scale=*|--clients=*) args+=("$1") ;;
+		--scale=*|--transactions=*|--hot=*|--new=*|--clients=*|--pg-probackup=*|--builtin) args+=("$1") ;;
 		-h|--help) usage; exit 0 ;;
 		*) echo "main-job: unknown option $1" >&2; usage; exit 2 ;;
 	esac
@@ -79,6 +94,8 @@ case $server in
 	patched)
 		echo "main-job: building the patched PostgreSQL 15 (cached after the first run)..." >&2
 		pg_config="$(scripts/build-postgres.sh | tail -n 1)/bin/pg_config" ;;
+	custom)
+		[ -x "$pg_config" ] || { echo "main-job: --pg-config $pg_config is not executable" >&2; exit 2; } ;;
 	*) echo "main-job: --server must be stock or patched" >&2; usage; exit 2 ;;
 esac
 echo "main-job: installing ptrack into $("$pg_config" --pkglibdir) ($("$pg_config" --version))" >&2
@@ -96,7 +113,7 @@ pg_regress="$pgxs_dir/test/regress/pg_regress"
 work=$(mktemp -d "${TMPDIR:-/tmp}/ptrack-main-job.XXXXXX")
 mkdir -p "$work/lib" "$work/portlock"
 cp scripts/main-job.pl "$work/"
-cp t/lib/PtrackBackup.pm t/lib/PtrackVerify.pm "$work/lib/"
+cp t/lib/PtrackBackup.pm t/lib/PtrackVerify.pm t/lib/PtrackOracle.pm "$work/lib/"
 
 run_as=()
 if [ "$(id -u)" -eq 0 ]; then
@@ -108,6 +125,7 @@ fi
 job_env=(PATH="$("$pg_config" --bindir):$PATH" PERL5LIB="$perl_lib:$work/lib"
 	TESTDIR="$work" TMPDIR="$work" PG_REGRESS="$pg_regress"
 	PG_TEST_PORT_DIR="$work/portlock")
+[ -n "${PTRACK_PG_PROBACKUP:-}" ] && job_env+=(PTRACK_PG_PROBACKUP="$PTRACK_PG_PROBACKUP")
 # PostgreSQL::Test::Cluster removes its data directories at exit unless told.
 [ "$keep" -eq 1 ] && job_env+=(PG_TEST_NOCLEAN=1)
 

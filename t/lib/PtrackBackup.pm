@@ -10,6 +10,12 @@
 #                                            changed blocks since $since
 #   restore($full_dir, $incr_dir, $target)   full + incremental -> data dir
 #
+# Both backups connect to database postgres as the node's default user (the
+# test superuser) unless given user => $role and dbname => $db: the README's
+# backup role (section "A backup role without superuser") is all they need,
+# with ptrack installed in $db (t/023_backup_role.pl).  The data directory
+# is read directly, so the operating-system user must be able to read it.
+#
 # What checks ptrack's answer and the restored cluster is in PtrackVerify.pm
 # (incremental_backup() calls its checks on what it reads; compare_clusters
 # compares the restored cluster with its source).
@@ -383,7 +389,7 @@ use Carp;
 
 sub new
 {
-	my ($class, $node, $dbname) = @_;
+	my ($class, $node, $dbname, $user) = @_;
 	my $psql =
 	  $node->can('installed_command')
 	  ? $node->installed_command('psql')
@@ -394,7 +400,7 @@ sub new
 		[
 			$psql, '-X', '-A', '-t', '-q', '-F', "\t",
 			'-v', 'ON_ERROR_STOP=0',
-			'-d', $node->connstr($dbname)
+			'-d', PtrackBackup::_connstr($node, $dbname, $user)
 		],
 		'<', \$self->{in}, '>', \$self->{out}, '2>', \$self->{err},
 		$self->{timer});
@@ -426,28 +432,58 @@ sub query
 sub quit
 {
 	my ($self) = @_;
+	$self->{done} = 1;
 	$self->{in} .= "\\q\n";
 	$self->{run}->finish;
 	return;
 }
 
+# A session dropped without quit(), because a query failed (a missing
+# privilege, say) and the backup croaked: end psql now, not at the script's
+# exit, so that its backend ends, which aborts the backup it started and
+# drops its temporary slot.
+sub DESTROY
+{
+	my ($self) = @_;
+	return if $self->{done} || !$self->{run};
+	local ($@, $?);
+	$self->{done} = 1;
+	$self->{in} .= "\\q\n";
+	eval { $self->{timer}->start(60); $self->{run}->finish; 1 }
+	  or eval { $self->{run}->kill_kill; 1 };
+	return;
+}
+
 package PtrackBackup;
+
+# The libpq connection string for $dbname (default postgres) as $user
+# (default: the node's, i.e. the test superuser).
+sub _connstr
+{
+	my ($node, $dbname, $user) = @_;
+	my $c = $node->connstr($dbname // 'postgres');
+	$c .= " user='$user'" if defined $user;
+	return $c;
+}
 
 # ---------------------------------------------------------------------------
 # Full backup
 # ---------------------------------------------------------------------------
 
-# Takes a full backup of $node into $dir; returns its start LSN.
+# Takes a full backup of $node into $dir; returns its start LSN.  Options:
+# user, dbname (see the header comment).
 sub full_backup
 {
-	my ($node, $dir) = @_;
+	my ($node, $dir, %opt) = @_;
+	my $connstr = _connstr($node, $opt{dbname}, $opt{user});
 	croak "\"$dir\" exists" if -e $dir;
 	make_path("$dir/tblspc");
 
 	my @map;
 	my $spcs = $node->safe_psql('postgres',
 		"SELECT oid, pg_tablespace_location(oid) FROM pg_tablespace "
-		  . "WHERE spcname NOT IN ('pg_default', 'pg_global')");
+		  . "WHERE spcname NOT IN ('pg_default', 'pg_global')",
+		connstr => $connstr);
 	for my $line (split /\n/, $spcs)
 	{
 		my ($oid, $loc) = split /\|/, $line, 2;
@@ -463,7 +499,7 @@ sub full_backup
 		[
 			$pg_basebackup, '-D', "$dir/data", '-X', 'stream',
 			'-c', 'fast', '--no-sync', '--no-manifest',
-			'-d', $node->connstr('postgres'), @map
+			'-d', $connstr, @map
 		],
 		'>', \$out, '2>', \$err)
 	  or croak "pg_basebackup failed: $err";
@@ -517,7 +553,7 @@ sub full_backup
 # lets a test damage the pagemap on purpose (a negative control);
 # after_listing => sub { ... } runs between the listing and the
 # ptrack_get_pagemapset() call, to force what a concurrent session could do
-# there.
+# there; user and dbname: see the header comment.
 sub incremental_backup
 {
 	my ($node, $dir, $since, $prev_dir, %opt) = @_;
@@ -537,12 +573,13 @@ sub incremental_backup
 		),
 		new_check_stats());
 
-	my $s = PtrackBackup::Session->new($node, 'postgres');
+	my $dbname = $opt{dbname} // 'postgres';
+	my $s = PtrackBackup::Session->new($node, $dbname, $opt{user});
 	my $ns = $s->query(
 		"SELECT quote_ident(n.nspname) FROM pg_extension e "
 		  . "JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'ptrack'"
 	)->[0][0];
-	croak "extension ptrack is not installed in database postgres"
+	croak "extension ptrack is not installed in database $dbname"
 	  unless defined $ns;
 
 	my $in_recovery = $s->query('SELECT pg_is_in_recovery()')->[0][0] eq 't';
