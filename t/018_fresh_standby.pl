@@ -123,5 +123,67 @@ cmp_ok(scalar @{ $report{tables} }, '>=', 6, 'tables were compared');
 
 $restored->stop;
 $standby->stop;
+
+# ---- 5. the same with pg_probackup, when it is installed --------------------
+#
+# pg_probackup refuses a PTRACK backup whose parent started before
+# ptrack_init_lsn() ("LSN from ptrack_control ... is greater than Start LSN
+# of previous backup"): a second standby, fresh from a base backup of the
+# busy primary, a FULL taken on it at once, a PTRACK after more changes,
+# restored and compared with the primary.
+
+SKIP:
+{
+	my $pgpro = $ENV{PTRACK_PG_PROBACKUP} // '';
+	skip 'pg_probackup part: set PTRACK_PG_PROBACKUP=/path/to/pg_probackup (2.5.x for PostgreSQL 15, '
+	  . 'see README.md) to run it', 4
+	  unless $pgpro ne '' && -x $pgpro;
+
+	my $catalog = PostgreSQL::Test::Utils::tempdir('pgpro');
+	# Runs pg_probackup; returns (exit code, stdout + stderr).
+	my $pgp = sub {
+		my $out = '';
+		IPC::Run::run([ $pgpro, @_ ], '>&', \$out, IPC::Run::timeout(900));
+		return ($? >> 8, $out);
+	};
+
+	($out, $err) = ('', '');
+	$pgbench = IPC::Run::start(
+		[ 'pgbench', '-n', '-c', '2', '-j', '1', '-R', '200', '-T', '15', $primary->connstr('postgres') ],
+		'>', \$out, '2>', \$err);
+	sleep 2;
+	$primary->backup('base2');
+	my $standby2 = PostgreSQL::Test::Cluster->new('standby2');
+	$standby2->init_from_backup($primary, 'base2', has_streaming => 1);
+	$standby2->start;
+	my @conn = ('-h', $standby2->host, '-p', $standby2->port, '-d', 'postgres');
+	my ($prc, $pout) = $pgp->('init', '-B', $catalog);
+	($prc, $pout) = $pgp->('add-instance', '-B', $catalog, '-D', $standby2->data_dir, '--instance', 'sb')
+	  if $prc == 0;
+	($prc, $pout) = $pgp->('backup', '-B', $catalog, '--instance', 'sb', '-b', 'FULL', '--stream', '--no-sync', @conn)
+	  if $prc == 0;
+	is($prc, 0, 'pg_probackup: a FULL backup on the standby right after it started') or diag $pout;
+
+	$pgbench->finish;
+	$primary->safe_psql('postgres', 'CREATE TABLE after_pgpro_full AS SELECT g AS id FROM generate_series(1, 20000) g');
+	$primary->safe_psql('postgres', 'CHECKPOINT');
+	$primary->wait_for_catchup($standby2);
+	($prc, $pout) = $pgp->('backup', '-B', $catalog, '--instance', 'sb', '-b', 'PTRACK', '--stream', '--no-sync', @conn);
+	is($prc, 0, 'pg_probackup: a PTRACK backup on the standby, the FULL as its parent') or diag $pout;
+
+	my $pgpro_restored = PostgreSQL::Test::Cluster->new('pgpro_restored');
+	($prc, $pout) = $pgp->('restore', '-B', $catalog, '--instance', 'sb', '-D', $pgpro_restored->data_dir,
+		'--no-sync');
+	is($prc, 0, 'pg_probackup: FULL + PTRACK restored') or diag $pout;
+	unlink($pgpro_restored->data_dir . '/standby.signal');
+	chmod 0700, $pgpro_restored->data_dir;    # pg_probackup keeps the test harness's 0755
+	start_restored($pgpro_restored);
+	@problems = compare_clusters($primary, $pgpro_restored);
+	is_deeply(\@problems, [], 'pg_probackup: FULL + PTRACK taken on the fresh standby equal the primary, amcheck clean')
+	  or diag join "\n", @problems;
+	$pgpro_restored->stop;
+	$standby2->stop;
+}
+
 $primary->stop;
 done_testing();
