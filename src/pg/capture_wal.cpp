@@ -293,7 +293,7 @@ void establish_start()
      * end-of-recovery checkpoint or just before it: if it is gone after all,
      * reading fails and tracking restarts, never silently.
      */
-    const Lsn scan_end = shared->restored_scan_end;
+    const Lsn scan_end = shared->resume_at_scan_end ? shared->restored_scan_end : 0;
     start_fresh(scan_end != 0 && scan_end < restart ? scan_end : restart, shared->fresh_init_floor);
 }
 
@@ -318,8 +318,12 @@ void start_fresh(Lsn start, Lsn floor)
     shared->presized_redo_lsn = 0;
     shared->restored_scan_from = 0;
     shared->restored_scan_end = 0;
+    shared->resume_at_scan_end = false;
+    /* Reading from `start` skips a record that ends exactly there (wal_records.h). */
     const bool scanned = scan_end != 0 && start <= scan_end;
-    const Lsn read_from = scanned ? Min(start, scan_from) : start;
+    const Lsn read_from = scanned                                      ? Min(start, scan_from)
+                          : no_record_ends_at(start, wal_segment_size) ? start
+                                                                       : start + 1;
     Lsn walked;
     if (presized != 0 && start <= Max(presized, scanned ? scan_end : 0) && growth_load(presized)) {
         walked = presized;

@@ -41,6 +41,7 @@ extern "C" {
 #include "ptrack/map_delta.h"
 #include "ptrack/map_file.h"
 #include "startup_scan.h"
+#include "wal_records.h"
 
 namespace ptrack::pg {
 
@@ -289,26 +290,13 @@ Lsn base_backup_redo_lsn()
 }
 
 /*
- * True if no WAL record can end at `lsn`: it is the first byte after a page
- * header.  A record that fills its page up ends at the page boundary (its
- * end pointer is the boundary), and the next record starts after the header
- * (xlog.c, XLogBytePosToRecPtr).  A checkpoint's redo LSN is often such a
- * position (the first record of a segment).
- */
-bool follows_page_header(Lsn lsn, uint32_t segment_bytes)
-{
-    const uint64_t in_segment = segment_bytes > 0 ? lsn % segment_bytes : UINT64_MAX;
-    return in_segment == SizeOfXLogLongPHD || (in_segment >= XLOG_BLCKSZ && lsn % XLOG_BLCKSZ == SizeOfXLogShortPHD);
-}
-
-/*
  * The first LSN from which a scan that read the WAL from its start proves
  * every change: `redo`, unless a record ending exactly there may have been
  * left unread (pagemapset(redo) must list it), then one byte past it.
  */
 Lsn scanned_from(const StartupScan& scan, Lsn redo, uint32_t segment_bytes)
 {
-    return scan.start < redo || follows_page_header(redo, segment_bytes) ? redo : redo + 1;
+    return scan.start < redo || no_record_ends_at(redo, segment_bytes) ? redo : redo + 1;
 }
 
 /* Logs what a startup scan did. */
@@ -319,6 +307,26 @@ void log_startup_scan(const StartupScan& scan, const char* what)
                          PTRACK_LSN_ARGS(scan.end), what),
                   errdetail("%llu relation files created or truncated there were marked from their size.",
                             static_cast<unsigned long long>(scan.files))));
+}
+
+/*
+ * Hooks, a base backup: its redo LSN, or one byte past it.  Replay writes,
+ * hence marks, every page changed after the redo LSN (see below), but no one
+ * replays the record that ends exactly there, if any: the startup scan marks
+ * it when pg_wal holds it (the backup's WAL starts with the segment of the
+ * redo LSN), and everything after it while at it.  0 for pg_rewind's label.
+ */
+Lsn base_backup_init_lsn(const ControlFileData& control, Map* map)
+{
+    const Lsn redo = base_backup_redo_lsn();
+    if (redo == 0)
+        return 0;
+    StartupScan scan;
+    if (scan_wal_at_startup(control, redo, control.checkPointCopy.ThisTimeLineID, map, &scan) == nullptr) {
+        log_startup_scan(scan, "since the base backup's redo LSN");
+        return scanned_from(scan, redo, control.xlog_seg_size);
+    }
+    return no_record_ends_at(redo, control.xlog_seg_size) ? redo : redo + 1;
 }
 
 /*
@@ -353,7 +361,7 @@ Lsn fresh_map_init_lsn(const ControlFileData* control, Map* map)
     if (capture_source != CaptureSourceId::kHooks || control == nullptr)
         return 0;
     if (backup_label_present())
-        return base_backup_redo_lsn();
+        return base_backup_init_lsn(*control, map);
     const Lsn redo = control->checkPointCopy.redo;
     if (control->state == DB_SHUTDOWNED)
         return redo + 1;
@@ -469,28 +477,26 @@ Lsn presize_before_recovery()
 
 /*
  * The wal source's fresh map in a data directory restored from a base
- * backup that starts as a primary (neither standby.signal nor
- * recovery.signal): marks what the WAL in pg_wal changed from the backup's
- * redo LSN on, the WAL recovery is about to replay, and records the range
- * in `state` for the follower (capture_wal.cpp).
+ * backup: marks what the WAL in pg_wal changed from the backup's redo LSN
+ * on (the WAL recovery is about to replay, beginning with the record that
+ * ends at the redo LSN if pg_wal holds it), and records the range in
+ * `state` for the follower (capture_wal.cpp).
  *
- * Why: such a server replays only what pg_wal holds and then writes its
+ * A standby's follower starts at consistency and reads from the redo LSN
+ * itself; the scan adds the record ending exactly there, which reading from
+ * the redo LSN skips.  A restored primary (neither standby.signal nor
+ * recovery.signal) replays only what pg_wal holds and then writes its
  * end-of-recovery checkpoint; its follower starts after that and reserves
- * the WAL from that checkpoint on, so without this scan the fresh map would
+ * the WAL from that checkpoint on, so without the scan the fresh map would
  * start there, and the restored backup could not be the parent of the next
  * incremental one.  Recovery replays nothing beyond the end of the valid WAL
  * in pg_wal (with neither signal file there is no restore_command and no
  * streaming), and no backend writes WAL before the end-of-recovery
- * checkpoint, so the scan's range, then the follower reading from the
- * scan's end, see every change after the redo LSN.  A standby (or
- * recovery.signal with hot_standby) needs none of this: its follower starts
- * at consistency and reads from the backup's redo LSN itself.
+ * checkpoint, so the scan's range, then the follower reading on from the
+ * scan's end, see every change after the redo LSN.
  */
-void scan_restored_primary(const ControlFileData& control, Lsn redo, Map* map, SharedState* state)
+void scan_restored_backup(const ControlFileData& control, Lsn redo, Map* map, SharedState* state)
 {
-    struct stat st;
-    if (stat(STANDBY_SIGNAL_FILE, &st) == 0 || stat(RECOVERY_SIGNAL_FILE, &st) == 0)
-        return;
     StartupScan scan;
     const char* why = scan_wal_at_startup(control, redo, control.checkPointCopy.ThisTimeLineID, map, &scan);
     if (why != nullptr) {
@@ -501,21 +507,24 @@ void scan_restored_primary(const ControlFileData& control, Lsn redo, Map* map, S
         return;
     }
     log_startup_scan(scan, "since the base backup's redo LSN");
-    /*
-     * The sizes saved before recovery are those of before its truncations,
-     * which the follower, starting after them, never applies: a file cut
-     * there and grown again without WAL, up to its old length, before the
-     * follower's first walk, would show no growth.  Not proven then.
-     */
-    if (scan.truncations > 0) {
-        ereport(LOG, (errmsg("ptrack cannot use the WAL since the base backup's redo LSN %X/%X: %llu records "
-                             "there truncate relations",
-                             PTRACK_LSN_ARGS(redo), static_cast<unsigned long long>(scan.truncations)),
-                      errdetail("ptrack_init_lsn() is established where the WAL follower starts reading.")));
-        return;
-    }
     state->restored_scan_from = scanned_from(scan, redo, control.xlog_seg_size);
     state->restored_scan_end = scan.end;
+    /*
+     * The follower may skip to the scan's end only on a restored primary.
+     * And not when the scanned WAL truncates relations: the sizes saved
+     * before recovery predate those truncations, which the follower, starting
+     * after them, never applies, so a file cut there and grown again without
+     * WAL, up to its old length, before the follower's first walk, would
+     * show no growth.
+     */
+    struct stat st;
+    const bool signalled = stat(STANDBY_SIGNAL_FILE, &st) == 0 || stat(RECOVERY_SIGNAL_FILE, &st) == 0;
+    state->resume_at_scan_end = !signalled && scan.truncations == 0;
+    if (!signalled && scan.truncations > 0)
+        ereport(LOG, (errmsg("ptrack WAL follower cannot go on from the end of the WAL read before recovery: "
+                             "%llu records there truncate relations",
+                             static_cast<unsigned long long>(scan.truncations)),
+                      errdetail("ptrack_init_lsn() is established where the WAL follower starts reading.")));
 }
 
 /*
@@ -532,7 +541,7 @@ void start_fresh(SharedState* state, Map* map, const ControlFileData* control, c
     state->init_lsn = fresh_map_init_lsn(control, map);
     state->presized_redo_lsn = presize_before_recovery();
     if (state->presized_redo_lsn != 0 && control != nullptr)
-        scan_restored_primary(*control, state->presized_redo_lsn, map, state);
+        scan_restored_backup(*control, state->presized_redo_lsn, map, state);
     state->loaded_covered_lsn = 0;
     state->loaded_timeline = 0;
     /* Never let a rejected file be read again, e.g. after a crash before the next flush. */
@@ -561,6 +570,7 @@ void load_map(SharedState* state, Map* map)
     state->presized_redo_lsn = 0;
     state->restored_scan_from = 0;
     state->restored_scan_end = 0;
+    state->resume_at_scan_end = false;
     const int fd = OpenTransientFile(kMapFileName, O_RDONLY | PG_BINARY);
     if (fd < 0) {
         struct stat st;

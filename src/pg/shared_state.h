@@ -49,8 +49,9 @@ struct SharedState {
     Lsn fresh_init_floor;      /* wal: a fresh map's init_lsn is at least this (map_load.cpp) */
     Lsn presized_redo_lsn;     /* wal: ptrack.sizes holds the file sizes from before recovery, which starts
                                   at this redo LSN; 0 if not (map_load.cpp, capture_wal.cpp) */
-    Lsn restored_scan_from;    /* wal, a restored primary: the map holds every change from this LSN ... */
+    Lsn restored_scan_from;    /* wal, a restored backup: the map holds every change from this LSN ... */
     Lsn restored_scan_end;     /* ... to this one, read before recovery; 0 if not (map_load.cpp) */
+    bool resume_at_scan_end;   /* the follower may start reading at restored_scan_end (a restored primary) */
     uint64_t restart_count;    /* atomic; tracking restarts since the server started */
     FollowerProgress follower;
 };

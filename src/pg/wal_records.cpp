@@ -327,6 +327,12 @@ bool apply_xlog(XLogReaderState* record, const char** why)
 
 }  // namespace
 
+bool no_record_ends_at(Lsn lsn, uint32_t segment_bytes) noexcept
+{
+    const uint64_t in_segment = segment_bytes > 0 ? lsn % segment_bytes : UINT64_MAX;
+    return in_segment == SizeOfXLogLongPHD || (in_segment >= XLOG_BLCKSZ && lsn % XLOG_BLCKSZ == SizeOfXLogShortPHD);
+}
+
 /* One buffer per process: the follower and the startup scan each keep only their latest reason. */
 const char* reason(const char* format, ...)
 {

@@ -49,6 +49,16 @@ protected:
 const char* capture_wal_record(XLogReaderState* record, WalChangeSink& sink);
 
 /*
+ * True if no WAL record can end at `lsn` (segments of `segment_bytes`): it
+ * is the first byte after a page header.  A record that fills its page up
+ * ends at the page boundary (its end pointer is the boundary), and the next
+ * record starts after the header (xlog.c, XLogBytePosToRecPtr); a
+ * checkpoint's redo LSN is often such a position.  Whoever starts reading
+ * the WAL at `lsn` reads every record that ends at or after it iff so.
+ */
+bool no_record_ends_at(Lsn lsn, uint32_t segment_bytes) noexcept;
+
+/*
  * printf into a buffer of this process, for the reasons the WAL readers
  * (this file, the follower, the startup scan) return: valid until the next
  * call.
