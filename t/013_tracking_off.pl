@@ -34,6 +34,8 @@
 #      checkpoint in that run: the map is trusted (recovery replays, and so
 #      re-marks, every change of that run) and the oracle passes from an L
 #      read before that run.
+# C. Hooks: a replication slot of the WAL follower left by a run with the
+#    wal source is removed at startup (it would keep WAL forever).
 
 use strict;
 use warnings;
@@ -348,6 +350,23 @@ like($log, qr/database system was interrupted/, 'preloaded again after a crash: 
 unlike($log, not_trusted_re(undef), 'preloaded again after a crash: the map is trusted');
 is(init_lsn($node), $init_again, 'preloaded again after a crash: ptrack_init_lsn() is unchanged');
 oracle_passes($L_crash, $baseline_crash, 'preloaded again after a crash, L read before the run');
+
+# C. (hooks) A follower's slot left by a run with the wal source (the data
+# directory moved to the patched server, or ptrack.capture changed) is
+# removed at startup: no follower advances it, and it would keep every WAL
+# segment from then on.
+if (capture_mode() eq 'hooks')
+{
+	$node->safe_psql('postgres', "SELECT pg_create_physical_replication_slot('ptrack_wal_follower', true)");
+	$node->stop;
+	$offset = log_position($node);
+	$node->start;
+	like(log_since($node, $offset),
+		qr/LOG:  ptrack removed its replication slot "ptrack_wal_follower": this server captures changes with the hooks/,
+		'hooks: a leftover slot of the WAL follower is removed at startup, with a LOG');
+	is($node->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'ptrack_wal_follower'"),
+		'0', 'hooks: the leftover slot is gone');
+}
 
 $log = PostgreSQL::Test::Utils::slurp_file($node->logfile);
 unlike($log, qr/terminated by signal/, 'no server process was terminated by a signal');

@@ -532,7 +532,7 @@ void define_wal_follower_gucs()
                             NULL);
 }
 
-void remove_follower_slot()
+void remove_follower_slot(const char* why)
 {
     char path[MAXPGPATH];
     snprintf(path, sizeof(path), "pg_replslot/%s", kFollowerSlotName);
@@ -547,7 +547,7 @@ void remove_follower_slot()
         return;
     }
     fsync_fname("pg_replslot", true);
-    ereport(LOG, (errmsg("ptrack removed its replication slot \"%s\": change tracking is off", kFollowerSlotName)));
+    ereport(LOG, (errmsg("ptrack removed its replication slot \"%s\": %s", kFollowerSlotName, why)));
 }
 
 void register_wal_follower()

@@ -23,11 +23,12 @@ constexpr const char* kFollowerSlotName = "ptrack_wal_follower";
 void define_wal_follower_gucs();
 
 /*
- * Tracking is off (ptrack.map_size = 0): in the postmaster before the startup
- * process loads the replication slots, removes the follower's slot from
- * pg_replslot, so that the WAL it kept can be recycled.  Logs what it did.
+ * No follower will run (tracking off, or the hooks source runs): in the
+ * postmaster before the startup process loads the replication slots, removes
+ * the follower's slot from pg_replslot, so that the WAL it kept can be
+ * recycled.  Logs what it did, with `why` completing "...: ".
  */
-void remove_follower_slot();
+void remove_follower_slot(const char* why);
 
 /* Registers the follower with the postmaster; in _PG_init when the wal source runs. */
 void register_wal_follower();

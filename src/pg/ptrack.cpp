@@ -116,10 +116,17 @@ void ptrack_shmem_startup()
             remove_bypass_journals();
             remove_limits_files();
             remove_sizes_files();
-            remove_follower_slot();
+            remove_follower_slot("change tracking is off");
         }
         return;
     }
+    /*
+     * A run with the wal source (ptrack.capture changed, or the data
+     * directory moved to a server with the hooks) left a slot that nobody
+     * advances any more: it would keep every WAL segment from then on.
+     */
+    if (capture_source == CaptureSourceId::kHooks && !IsUnderPostmaster)
+        remove_follower_slot("this server captures changes with the hooks, not from the WAL");
 
     const MapGeometry geometry = configured_geometry();
     bool found = false;
