@@ -93,7 +93,17 @@ ifneq ($(filter pg-prefix,$(MAKECMDGOALS)),pg-prefix)
 all: check-no-throw
 endif
 
+# The core patch's hooks are looked up by name at load time (capture_hooks.cpp),
+# never linked against: a ptrack.so that imports one would fail to load on a
+# stock server with "undefined symbol: mdwrite_hook" (ptrack < 2.2 did).
+CORE_HOOK_SYMBOLS = mdwrite_hook|mdextend_hook|copydir_hook|ProcessSyncRequests_hook|mdimmedsync_hook
+
 check-no-throw: $(shlib)
+	@found=$$(nm -D --undefined-only $(shlib) | awk '{ print $$NF }' | grep -E '^($(CORE_HOOK_SYMBOLS))$$' || true); \
+	if [ -n "$$found" ]; then \
+		echo "$(shlib) links against core-patch hooks, so a stock server could not load it: $$found" >&2; \
+		rm -f $(shlib); exit 1; \
+	fi
 	@found=$$(nm -D --undefined-only $(shlib) | awk '{ print $$NF }' | grep -E '^($(THROWING_IMPORTS))' || true); \
 	if [ -n "$$found" ]; then \
 		echo "$(shlib) calls C++ runtime functions that throw (build with -fno-exceptions, use nothing that throws):" >&2; \

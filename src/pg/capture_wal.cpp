@@ -126,6 +126,8 @@ struct Follower {
     bool reading;                           /* an ERROR now means WAL could not be read */
     bool save_due;                          /* a checkpoint record was applied since the last save */
     Lsn saved;                              /* covered LSN of the last save */
+    TimestampTz save_retry_at;              /* after a failed save: no new attempt before this */
+    int save_backoff_s;                     /* pause after the last failed save (0 after a success) */
 };
 PTRACK_FRAME_SAFE(Follower, SavePoint);
 Follower follower;
@@ -213,8 +215,17 @@ void save_map()
     (void) growth_walk(false);
     const SavePoint point{follower.next, follower.next};
     /* Sizes and limits before the map: a saved map is never ahead of either (file_growth.h, limits_file.h). */
-    if (!growth_prepare_save(point.covered_lsn) || !save_limits(point.covered_lsn) || !flush_map(point))
+    if (!growth_prepare_save(point.covered_lsn) || !save_limits(point.covered_lsn) || !flush_map(point)) {
+        /*
+         * Retry, but not on every loop (20 a second when idle): a full disk
+         * or a wrong permission does not go away by itself.  1 s, doubling
+         * up to a minute; the WARNINGs are rate-limited too (map_io.h).
+         */
+        follower.save_backoff_s = follower.save_backoff_s == 0 ? 1 : Min(follower.save_backoff_s * 2, 60);
+        follower.save_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), follower.save_backoff_s * 1000L);
         return;
+    }
+    follower.save_backoff_s = 0;
     growth_commit_save();
     follower.saved = follower.next;
     follower.save_due = false;
@@ -473,7 +484,7 @@ void follow()
             (void) growth_walk(false);
             publish(&shared->follower.walk_done, requested);
         }
-        if (follower.save_due)
+        if (follower.save_due && (follower.save_backoff_s == 0 || GetCurrentTimestamp() >= follower.save_retry_at))
             save_map();
         if (applied == 0)
             sleep_until_woken();

@@ -119,7 +119,7 @@ uint64_t write_full_map(const MapFileHeader& header)
         warn_save_failed("its map", "close", kMapTempFileName);
         ok = false;
     }
-    if (!ok || durable_rename(kMapTempFileName, kMapFileName, WARNING) != 0)
+    if (!ok || !rename_for_save(kMapTempFileName, kMapFileName, "its map"))
         return 0;
     return map_file_bytes(geometry, kMapFileChunkBytes);
 }
@@ -175,10 +175,12 @@ uint64_t append_delta(const MapFileHeader& header, Lsn threshold, bool* too_big)
     ok = ok && write_at(fd, raw, sizeof(raw), batch_offset) && pg_fsync(fd) == 0;
     if (!ok)
         warn_save_failed("its map", "write", kMapDeltaFileName);
-    if (CloseTransientFile(fd) != 0)
+    if (CloseTransientFile(fd) != 0 && ok) {
+        warn_save_failed("its map", "close", kMapDeltaFileName);
         ok = false;
+    }
     /* A new file's directory entry must be durable too. */
-    if (ok && first && fsync_fname_ext(".", true, false, WARNING) != 0)
+    if (ok && first && !fsync_data_directory_for_save("its map"))
         ok = false;
     if (!ok)
         return 0;

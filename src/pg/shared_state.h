@@ -57,6 +57,7 @@ extern LimitTable limits;   /* "every block from B on changed" (ptrack/limit_tab
 extern bool preloaded;      /* loaded through shared_preload_libraries */
 extern int map_size_mb;     /* the ptrack.map_size GUC, in MB */
 extern bool use_segment_summary; /* developer GUC ptrack.use_segment_summary */
+extern char unknown_setting[128]; /* the first unknown ptrack.* name configured, "" if none (ptrack.cpp) */
 
 PTRACK_FRAME_SAFE(SharedState, Map, MapGeometry);
 
