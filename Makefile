@@ -30,7 +30,7 @@ endif
 
 MODULE_big = ptrack
 EXTENSION = ptrack
-DATA = ptrack--2.0.sql ptrack--2.0--2.1.sql
+DATA = ptrack--2.0.sql ptrack--2.0--2.1.sql ptrack--2.1--2.2.sql
 PGFILEDESC = "ptrack - block-level change tracking"
 
 ENGINE_SRCS = $(wildcard src/engine/*.cpp)
@@ -54,7 +54,7 @@ PG_CXXFLAGS = -std=c++17 -fno-exceptions -fno-rtti -fvisibility=hidden -fvisibil
 	-Wall -Wextra -Wno-missing-field-initializers -Wno-register -Wno-unused-parameter
 SHLIB_LINK = -lstdc++
 
-REGRESS = ptrack_api ptrack_update ptrack_relocate ptrack_errors
+REGRESS = ptrack_api ptrack_update ptrack_relocate ptrack_errors ptrack_status
 REGRESS_OPTS = --temp-instance=$(CURDIR)/tmp_check_regress --temp-config=$(CURDIR)/t/regress.conf
 TAP_TESTS = 1
 

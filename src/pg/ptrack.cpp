@@ -134,6 +134,8 @@ void ptrack_shmem_startup()
         limits.clear();
     auto* state = static_cast<SharedState*>(ShmemInitStruct("ptrack", shared_state_bytes(geometry), &found));
     if (!found) {
+        memset(static_cast<void*>(state), 0, sizeof(SharedState));
+        SpinLockInit(&state->last_restart.mutex);
         state->init_lsn = 0;
         state->geometry = geometry;
         /* load_map() fills the region from the file, or clears it. */
