@@ -1,4 +1,4 @@
-/* ptrack--2.1--2.2.sql -- adds ptrack_status() and its view, for monitoring */
+/* ptrack--2.1--2.2.sql -- adds ptrack_status() and its view, for monitoring, and ptrack_verify() */
 
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION ptrack UPDATE TO '2.2'" to load this file. \quit
@@ -32,8 +32,17 @@ LANGUAGE C VOLATILE;
 
 CREATE VIEW ptrack_status AS SELECT * FROM ptrack_status();
 
+-- The self-check: blocks whose page LSN is >= start_lsn but that
+-- ptrack_get_pagemapset(start_lsn) does not list.  Reads every relation file
+-- (throttled by ptrack.verify_max_rate).  Not STRICT: NULL is an error.
+CREATE FUNCTION ptrack_verify(start_lsn pg_lsn)
+RETURNS TABLE (path text, block bigint, page_lsn pg_lsn)
+AS 'MODULE_PATHNAME'
+LANGUAGE C VOLATILE;
+
 REVOKE EXECUTE ON FUNCTION ptrack_status() FROM PUBLIC;
 REVOKE ALL ON ptrack_status FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION ptrack_verify(pg_lsn) FROM PUBLIC;
 
 -- CREATE EXTENSION and ALTER EXTENSION UPDATE: ptrack_status() raises a
 -- WARNING here when change tracking is off, saying how to turn it on.

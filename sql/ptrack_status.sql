@@ -35,5 +35,12 @@ SELECT count(*) AS view_rows FROM ptrack_status;
 SELECT has_function_privilege('public', 'ptrack_status()', 'EXECUTE') AS public_can_execute,
        has_table_privilege('public', 'ptrack_status', 'SELECT') AS public_can_select;
 
+-- ptrack_verify() finds nothing missing on a healthy cluster (its NOTICEs vary: not shown)
+SET client_min_messages = warning;
+SELECT count(*) AS blocks_not_listed FROM ptrack_verify(ptrack_init_lsn());
+RESET client_min_messages;
+SELECT * FROM ptrack_verify(NULL);
+SELECT has_function_privilege('public', 'ptrack_verify(pg_lsn)', 'EXECUTE') AS public_can_execute;
+
 DROP TABLE ptrack_status_t;
 DROP EXTENSION ptrack;

@@ -41,6 +41,7 @@ PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 #include "limits_file.h"
 #include "map_persistence.h"
 #include "shared_state.h"
+#include "verify.h"
 
 namespace ptrack::pg {
 
@@ -265,7 +266,7 @@ static void warn_unknown_settings()
                  map_size_mb == 0 ? errdetail("ptrack.map_size is 0, so change tracking is off.")
                                   : errdetail("ptrack.map_size is %d MB; change tracking is on.", map_size_mb),
                  errhint("Correct the name in the configuration. ptrack's parameters are ptrack.map_size, "
-                         "ptrack.capture and ptrack.wal_wait_timeout.")));
+                         "ptrack.capture, ptrack.wal_wait_timeout and ptrack.verify_max_rate.")));
     }
 }
 
@@ -325,6 +326,7 @@ void _PG_init(void)
                              "SHOW gives the source that runs.",
                              &capture_setting, kCaptureAuto, capture_options, PGC_POSTMASTER, 0, NULL, NULL, NULL);
     define_wal_follower_gucs();
+    define_verify_gucs();
     warn_unknown_settings();
     MarkGUCPrefixReserved("ptrack");
     check_configured_map_size(configured_copy);
