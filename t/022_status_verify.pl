@@ -12,8 +12,9 @@
 #      consequence for the next backup and the fix, however often it is
 #      retried (the WAL follower retried on every loop, ~20 a second); the
 #      status counts the failures, and saves resume once the cause is gone;
-#   3. ptrack_verify() on the healthy cluster returns no row, also while
-#      pgbench writes (the re-check of candidates, verify.cpp);
+#   3. ptrack_verify() on the healthy cluster returns no row, also throttled
+#      (with a progress NOTICE) and while pgbench writes (the re-check of
+#      candidates, verify.cpp);
 #   4. a real miss: with the server stopped, block 1 of a table nothing
 #      changed since L gets a page LSN >= L written by hand; after the start
 #      ptrack_verify(L) returns exactly that (path, block);
@@ -149,6 +150,17 @@ is($out, '', 'verify: no block changed since L is missing from ptrack_get_pagema
 like($err, qr/NOTICE:  ptrack_verify: \d+ files, [\d.]+ MB, \d+ pages checked in [\d.]+ s: \d+ changed at or after \Q$L\E, 0 of them not listed/,
 	'verify: the summary NOTICE');
 note "ptrack_verify summary on the healthy cluster:\n$err";
+
+# Throttled: about 95 MB at 6 MB/s cannot take less than 15 s, so at least one progress NOTICE.
+($ret, $out, $err) = $node->psql('postgres',
+	"SET ptrack.verify_max_rate = '6MB'; SELECT count(*) FROM ptrack_verify('$L')");
+is($out, '0', 'verify throttled: no block reported');
+like($err, qr/NOTICE:  ptrack_verify: \d+ files, \d+ MB, \d+ pages checked in \d+ s; 0 blocks not listed so far/,
+	'verify throttled: a progress NOTICE every ~10 s')
+  or diag $err;
+like($err, qr/pages checked in (\d+)\.\d s: /, 'verify throttled: the summary follows');
+my ($secs) = $err =~ /pages checked in (\d+)\.\d s: /;
+cmp_ok($secs // 0, '>=', 12, 'verify throttled: ptrack.verify_max_rate holds it back');
 
 # While pgbench writes: candidates read mid-write must be re-checked, not reported.
 my $bench = IPC::Run::start(
