@@ -167,7 +167,7 @@ void progress_notice(VerifyState* st, bool final)
                     static_cast<long long>(st->files), mb, static_cast<long long>(st->pages), seconds,
                     static_cast<long long>(st->changed), PTRACK_LSN_ARGS(st->scan.since),
                     static_cast<long long>(st->misses)),
-             errdetail("%lld blocks not listed when read were read again after their marks could arrive. Not "
+             errdetail("Not listed when first read, and read again once their marks could arrive: %lld. Not "
                        "judged: %lld new (all-zero) pages, which carry no LSN, and %lld pages with an invalid "
                        "header; free space map forks are always listed whole and were not read.",
                        static_cast<long long>(st->rechecked), static_cast<long long>(st->new_pages),
