@@ -30,7 +30,7 @@ endif
 
 MODULE_big = ptrack
 EXTENSION = ptrack
-DATA = ptrack--2.0.sql ptrack--2.0--2.1.sql
+DATA = ptrack--2.0.sql ptrack--2.0--2.1.sql ptrack--2.1--2.2.sql
 PGFILEDESC = "ptrack - block-level change tracking"
 
 ENGINE_SRCS = $(wildcard src/engine/*.cpp)
@@ -54,7 +54,7 @@ PG_CXXFLAGS = -std=c++17 -fno-exceptions -fno-rtti -fvisibility=hidden -fvisibil
 	-Wall -Wextra -Wno-missing-field-initializers -Wno-register -Wno-unused-parameter
 SHLIB_LINK = -lstdc++
 
-REGRESS = ptrack_api ptrack_update ptrack_relocate ptrack_errors
+REGRESS = ptrack_api ptrack_update ptrack_relocate ptrack_errors ptrack_status
 REGRESS_OPTS = --temp-instance=$(CURDIR)/tmp_check_regress --temp-config=$(CURDIR)/t/regress.conf
 TAP_TESTS = 1
 
@@ -93,7 +93,17 @@ ifneq ($(filter pg-prefix,$(MAKECMDGOALS)),pg-prefix)
 all: check-no-throw
 endif
 
+# The core patch's hooks are looked up by name at load time (capture_hooks.cpp),
+# never linked against: a ptrack.so that imports one would fail to load on a
+# stock server with "undefined symbol: mdwrite_hook" (ptrack < 2.2 did).
+CORE_HOOK_SYMBOLS = mdwrite_hook|mdextend_hook|copydir_hook|ProcessSyncRequests_hook|mdimmedsync_hook
+
 check-no-throw: $(shlib)
+	@found=$$(nm -D --undefined-only $(shlib) | awk '{ print $$NF }' | grep -E '^($(CORE_HOOK_SYMBOLS))$$' || true); \
+	if [ -n "$$found" ]; then \
+		echo "$(shlib) links against core-patch hooks, so a stock server could not load it: $$found" >&2; \
+		rm -f $(shlib); exit 1; \
+	fi
 	@found=$$(nm -D --undefined-only $(shlib) | awk '{ print $$NF }' | grep -E '^($(THROWING_IMPORTS))' || true); \
 	if [ -n "$$found" ]; then \
 		echo "$(shlib) calls C++ runtime functions that throw (build with -fno-exceptions, use nothing that throws):" >&2; \

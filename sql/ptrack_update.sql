@@ -3,13 +3,21 @@ CREATE EXTENSION ptrack VERSION '2.0';
 SELECT extversion FROM pg_extension WHERE extname = 'ptrack';
 SELECT count(*) AS change_stat_functions FROM pg_proc WHERE proname = 'ptrack_get_change_stat';
 
-ALTER EXTENSION ptrack UPDATE;
+ALTER EXTENSION ptrack UPDATE TO '2.1';
 SELECT extversion FROM pg_extension WHERE extname = 'ptrack';
 SELECT files >= 0 AS change_stat_works FROM ptrack_get_change_stat(ptrack_init_lsn());
 SELECT has_function_privilege('public', 'ptrack_get_change_stat(pg_lsn)', 'EXECUTE') AS public_can_execute;
 
+-- 2.1 -> 2.2 adds ptrack_status() and its view, not open to PUBLIC
+SELECT count(*) AS status_functions FROM pg_proc WHERE proname = 'ptrack_status';
+ALTER EXTENSION ptrack UPDATE TO '2.2';
+SELECT extversion, ptrack_version() FROM pg_extension WHERE extname = 'ptrack';
+SELECT capture IN ('hooks', 'wal') AS status_works FROM ptrack_status;
+SELECT has_function_privilege('public', 'ptrack_status()', 'EXECUTE') AS public_can_execute,
+       has_table_privilege('public', 'ptrack_status', 'SELECT') AS public_can_select;
+
 -- a plain CREATE EXTENSION installs the default version through the update path
 DROP EXTENSION ptrack;
 CREATE EXTENSION ptrack;
-SELECT extversion >= '2.1' AS at_least_2_1 FROM pg_extension WHERE extname = 'ptrack';
+SELECT extversion FROM pg_extension WHERE extname = 'ptrack';
 DROP EXTENSION ptrack;

@@ -74,7 +74,7 @@ sub functions_refuse
 {
 	my ($label, $message, $db, $prefix) = @_;
 	$prefix //= '';
-	is($node->safe_psql($db, 'SELECT ptrack_version()'), '2.1', "$label: ptrack_version() works");
+	is($node->safe_psql($db, 'SELECT ptrack_version()'), '2.2', "$label: ptrack_version() works");
 	foreach my $f (@functions)
 	{
 		my ($name, $sql) = @$f;
@@ -265,9 +265,14 @@ like($err, qr/HINT:  Add ptrack to shared_preload_libraries/,
 	'not preloaded: the error hints at shared_preload_libraries');
 
 $node->safe_psql('postgres', 'CREATE DATABASE db2');
-$node->safe_psql('db2', 'CREATE EXTENSION ptrack');
+($ret, $out, $err) = $node->psql('db2', 'CREATE EXTENSION ptrack');
+is($ret, 0, 'not preloaded: CREATE EXTENSION works');
+like($err, qr/WARNING:  ptrack change tracking is off: ptrack is not in shared_preload_libraries\n.*\nHINT:  Add ptrack to shared_preload_libraries, set ptrack.map_size/,
+	'not preloaded: CREATE EXTENSION warns that tracking is off and says how to turn it on');
 is($node->safe_psql('db2', "SELECT extversion FROM pg_extension WHERE extname = 'ptrack'"),
-	'2.1', 'not preloaded: CREATE EXTENSION works');
+	'2.2', 'not preloaded: the extension is installed');
+is($node->safe_psql('db2', 'SELECT capture, off_reason FROM ptrack_status'),
+	'off|ptrack is not in shared_preload_libraries', 'not preloaded: ptrack_status() says why tracking is off');
 functions_refuse('not preloaded, new database', $not_loaded, 'db2');
 functions_refuse('not preloaded, after LOAD', $not_loaded, 'db2', "LOAD 'ptrack';\n");
 
@@ -280,7 +285,7 @@ SELECT ptrack_init_lsn();
 SELECT count(*) FROM ptrack_get_pagemapset('0/1');
 SELECT 'still here';
 }, on_error_stop => 0);
-like($out, qr/^2\.1\nstill here$/, 'not preloaded: the session survives LOAD and the failed calls');
+like($out, qr/^2\.2\nstill here$/, 'not preloaded: the session survives LOAD and the failed calls');
 like($err, qr/ERROR:  \Q$not_loaded\E/, 'not preloaded: the calls after LOAD fail with the same error');
 is($node->safe_psql('postgres', 'SELECT 1'), '1', 'not preloaded: the server is up');
 

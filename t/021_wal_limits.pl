@@ -135,10 +135,14 @@ my %bad = (
 	removed => [ sub { unlink "$pgdata/ptrack.limits" or die $! }, 'is not usable: it does not exist' ],
 	damaged => [
 		sub {
+			# Flip a byte of the system identifier (writing a fixed byte left it
+			# unchanged when it already held that value: 1 run in 256).
 			open(my $fh, '+<', "$pgdata/ptrack.limits") or die $!;
 			binmode $fh;
 			seek($fh, 20, 0);
-			print $fh 'X';
+			read($fh, my $byte, 1) == 1 or die "read: $!";
+			seek($fh, 20, 0);
+			print $fh chr(ord($byte) ^ 0xFF);
 			close $fh;
 		},
 		'is not usable: its header checksum does not match'

@@ -8,6 +8,7 @@ extern "C" {
 #include "access/xlogdefs.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
+#include "utils/timestamp.h"
 }
 
 #include "boundary.h"
@@ -114,6 +115,14 @@ void restart_tracking_at(Lsn now, const char* reason)
         return;
     atomic_max_lsn(&shared->init_lsn, now);
     __atomic_add_fetch(&shared->restart_count, 1, __ATOMIC_RELAXED);
+    /* For ptrack_status(): no allocation, no error under the spinlock. */
+    const TimestampTz at = GetCurrentTimestamp();
+    RestartInfo& last = shared->last_restart;
+    SpinLockAcquire(&last.mutex);
+    last.time = at;
+    last.lsn = now;
+    strlcpy(last.reason, reason, sizeof(last.reason));
+    SpinLockRelease(&last.mutex);
     ereport(WARNING, (errmsg("ptrack restarted change tracking at %X/%X: %s", PTRACK_LSN_ARGS(now), reason),
                       errdetail("Changes made before this LSN are not known to ptrack."),
                       errhint("The next backup must be a full backup.")));

@@ -130,6 +130,8 @@ struct Follower {
     bool reading;                           /* an ERROR now means WAL could not be read */
     bool save_due;                          /* a checkpoint record was applied since the last save */
     Lsn saved;                              /* covered LSN of the last save */
+    TimestampTz save_retry_at;              /* after a failed save: no new attempt before this */
+    int save_backoff_s;                     /* pause after the last failed save (0 after a success) */
 };
 PTRACK_FRAME_SAFE(Follower, SavePoint);
 Follower follower;
@@ -217,8 +219,20 @@ void save_map()
     (void) growth_walk(false);
     const SavePoint point{follower.next, follower.next};
     /* Sizes and limits before the map: a saved map is never ahead of either (file_growth.h, limits_file.h). */
-    if (!growth_prepare_save(point.covered_lsn) || !save_limits(point.covered_lsn) || !flush_map(point))
+    const bool files_saved = growth_prepare_save(point.covered_lsn) && save_limits(point.covered_lsn);
+    if (!files_saved)
+        save_stats_record_failure(); /* flush_map() counts its own */
+    if (!files_saved || !flush_map(point)) {
+        /*
+         * Retry, but not on every loop (20 a second when idle): a full disk
+         * or a wrong permission does not go away by itself.  1 s, doubling
+         * up to a minute; the WARNINGs are rate-limited too (map_io.h).
+         */
+        follower.save_backoff_s = follower.save_backoff_s == 0 ? 1 : Min(follower.save_backoff_s * 2, 60);
+        follower.save_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), follower.save_backoff_s * 1000L);
         return;
+    }
+    follower.save_backoff_s = 0;
     growth_commit_save();
     follower.saved = follower.next;
     follower.save_due = false;
@@ -384,6 +398,18 @@ bool is_checkpoint_record(XLogReaderState* reader)
 }
 
 /*
+ * For ptrack_status(): the follower has applied all the WAL available when
+ * it looked (the lag in seconds counts from the last such moment), on this
+ * timeline.
+ */
+void publish_caught_up(TimeLineID tli)
+{
+    __atomic_store_n(&shared->follower.caught_up_time, static_cast<int64_t>(GetCurrentTimestamp()), __ATOMIC_RELEASE);
+    if (tli != 0)
+        __atomic_store_n(&shared->follower.timeline, static_cast<uint32_t>(tli), __ATOMIC_RELEASE);
+}
+
+/*
  * Applies the records available from follower.next, at most `budget` of
  * them; returns how many.  Raises an ERROR if the WAL cannot be read.
  */
@@ -398,8 +424,10 @@ int apply_available(int budget)
     if (!follower.next_is_record_end) {
         first = XLogFindNextRecord(reader, follower.next);
         if (first == InvalidXLogRecPtr) {
-            if (follower.page->end_of_wal)
+            if (follower.page->end_of_wal) {
+                publish_caught_up(reader->currTLI);
                 return 0;
+            }
             ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
                             errmsg("ptrack could not find a valid WAL record at or after %X/%X",
                                    PTRACK_LSN_ARGS(follower.next))));
@@ -410,8 +438,10 @@ int apply_available(int budget)
     while (applied < budget) {
         char* errormsg = NULL;
         if (XLogReadRecord(reader, &errormsg) == NULL) {
-            if (follower.page->end_of_wal)
+            if (follower.page->end_of_wal) {
+                publish_caught_up(reader->currTLI);
                 break;
+            }
             ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
                             errmsg("ptrack could not read the WAL at %X/%X: %s", PTRACK_LSN_ARGS(reader->EndRecPtr),
                                    errormsg != NULL ? errormsg : "no reason given")));
@@ -511,7 +541,7 @@ void follow()
             (void) growth_walk(false);
             publish(&shared->follower.walk_done, requested);
         }
-        if (follower.save_due)
+        if (follower.save_due && (follower.save_backoff_s == 0 || GetCurrentTimestamp() >= follower.save_retry_at))
             save_map();
         if (applied == 0)
             sleep_until_woken();
@@ -602,6 +632,12 @@ void wait_for_follower()
 
 using namespace ptrack::pg;
 
+/* ptrack_status() shows no follower PID once it has exited, however it exits. */
+static void clear_follower_pid(int, Datum)
+{
+    __atomic_store_n(&shared->follower.pid, 0, __ATOMIC_RELEASE);
+}
+
 void ptrack_wal_follower_main(Datum)
 {
     pqsignal(SIGTERM, follower_sigterm);
@@ -615,5 +651,7 @@ void ptrack_wal_follower_main(Datum)
     follower.next = InvalidXLogRecPtr;
     publish(&shared->follower.applied_lsn, 0);
     __atomic_store_n(&shared->follower.latch, static_cast<void*>(MyLatch), __ATOMIC_RELEASE);
+    __atomic_store_n(&shared->follower.pid, static_cast<int32_t>(MyProcPid), __ATOMIC_RELEASE);
+    before_shmem_exit(clear_follower_pid, 0);
     follow();
 }

@@ -295,14 +295,14 @@ bool growth_prepare_save(Lsn covered)
 
     /* The new file must survive a crash right after the map save that needs it: fsync its directory too. */
     const bool ok = write_file_fsynced(kSizesNewFileName, file, bytes, "relation file sizes") &&
-                    fsync_fname_ext(".", true, false, WARNING) == 0;
+                    fsync_data_directory_for_save("relation file sizes");
     pfree(file);
     return ok;
 }
 
 void growth_commit_save()
 {
-    (void) durable_rename(kSizesNewFileName, kSizesFileName, WARNING);
+    (void) rename_for_save(kSizesNewFileName, kSizesFileName, "relation file sizes");
 }
 
 bool growth_save_before_recovery(Lsn redo)

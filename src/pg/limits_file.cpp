@@ -49,8 +49,8 @@ bool save_limits(Lsn covered_lsn)
     }
     if (!write_file_fsynced(kLimitTempFileName, save_buffer, bytes, "its limit table"))
         return false;
-    /* durable_rename fsyncs the new name and the directory, and logs its own WARNING. */
-    return durable_rename(kLimitTempFileName, kLimitFileName, WARNING) == 0;
+    /* durable_rename fsyncs the new name and the directory. */
+    return rename_for_save(kLimitTempFileName, kLimitFileName, "its limit table");
 }
 
 const char* load_limits(uint64_t system_identifier, Lsn* covered_lsn)

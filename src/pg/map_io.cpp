@@ -9,8 +9,10 @@ extern "C" {
 
 #include "port/pg_crc32c.h"
 #include "storage/fd.h"
+#include "utils/timestamp.h"
 }
 
+#include "capture_source.h"
 #include "map_io.h"
 
 namespace ptrack::pg {
@@ -76,14 +78,72 @@ bool crc_of_range(int fd, uint64_t offset, uint64_t len, uint8_t* buffer, size_t
     return true;
 }
 
+namespace {
+
+/* One WARNING per minute at most for failed saves (map_io.h). */
+constexpr long kSaveWarningIntervalMs = 60 * 1000;
+TimestampTz save_warning_quiet_until = 0;
+uint64_t save_warnings_suppressed = 0;
+
+}  // namespace
+
 void warn_save_failed(const char* what, const char* action, const char* file)
 {
-    ereport(WARNING, (errcode_for_file_access(),
-                      errmsg("ptrack could not save %s: could not %s file \"%s\": %m", what, action, file),
-                      errdetail("What is in memory is intact, and ptrack's previous save stays in force until "
-                                "a later save succeeds; if the server stops before that, the next start judges "
-                                "the previous save."),
-                      errhint("Check the permissions and free space of the data directory.")));
+    const int saved_errno = errno;
+    const TimestampTz now = GetCurrentTimestamp();
+    if (now < save_warning_quiet_until) {
+        save_warnings_suppressed++;
+        errno = saved_errno;
+        ereport(DEBUG1, (errcode_for_file_access(),
+                         errmsg("ptrack could not save %s: could not %s file \"%s\": %m", what, action, file)));
+        return;
+    }
+    char repeated[128] = "";
+    if (save_warnings_suppressed > 0)
+        snprintf(repeated, sizeof(repeated), " %llu more failures since the last such warning were not reported.",
+                 static_cast<unsigned long long>(save_warnings_suppressed));
+    save_warnings_suppressed = 0;
+    save_warning_quiet_until = TimestampTzPlusMilliseconds(now, kSaveWarningIntervalMs);
+    errno = saved_errno;
+    if (capture_source == CaptureSourceId::kWal)
+        ereport(WARNING,
+                (errcode_for_file_access(),
+                 errmsg("ptrack could not save %s: could not %s file \"%s\": %m", what, action, file),
+                 errdetail("Backups are not affected yet: the changes are tracked in memory, and the WAL since "
+                           "ptrack's last successful save is kept (replication slot \"ptrack_wal_follower\") so "
+                           "that tracking survives a restart; pg_wal grows until a save succeeds. The WAL "
+                           "follower retries with a growing pause.%s",
+                           repeated),
+                 errhint("Make the data directory and ptrack's files in it (ptrack.map*, ptrack.limits*, "
+                         "ptrack.sizes*) writable by the server's user, and free disk space.")));
+    else
+        ereport(WARNING,
+                (errcode_for_file_access(),
+                 errmsg("ptrack could not save %s: could not %s file \"%s\": %m", what, action, file),
+                 errdetail("Backups are not affected while the server runs: the changes are tracked in memory. "
+                           "If the server stops or crashes before a later checkpoint saves the map, ptrack will "
+                           "not trust the map at the next start and the next backup must be a full backup.%s",
+                           repeated),
+                 errhint("Make the data directory and ptrack's files in it (ptrack.map*) writable by the "
+                         "server's user, and free disk space; the next checkpoint retries.")));
+}
+
+bool rename_for_save(const char* from, const char* to, const char* what)
+{
+    /* DEBUG1: the one message that counts is ptrack's, rate-limited. */
+    if (durable_rename(from, to, DEBUG1) == 0)
+        return true;
+    /* durable_rename() fsyncs both names and the directory too: any of these steps failed. */
+    warn_save_failed(what, "rename (and fsync)", from);
+    return false;
+}
+
+bool fsync_data_directory_for_save(const char* what)
+{
+    if (fsync_fname_ext(".", true, false, DEBUG1) == 0)
+        return true;
+    warn_save_failed(what, "fsync", "the data directory");
+    return false;
 }
 
 bool write_file_fsynced(const char* name, const void* data, size_t len, const char* what)

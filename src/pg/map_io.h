@@ -28,9 +28,24 @@ bool crc_of_range(int fd, uint64_t offset, uint64_t len, uint8_t* buffer, size_t
 /*
  * The WARNING of a failed save of one of ptrack's files: names ptrack, what
  * it was saving (`what`, e.g. "its map"), the failed step (`action`, e.g.
- * "write") and the file, then the consequence and what to check.
+ * "write") and the file, then what it means for the next backup (which
+ * depends on the capture source) and what to check.  Call right after the
+ * failing call: reports errno.
+ *
+ * Rate-limited per process: a persistent failure (the WAL follower retries
+ * its save) logs one WARNING per minute; the failures in between are logged
+ * at DEBUG1 and counted in the next WARNING.
  */
 void warn_save_failed(const char* what, const char* action, const char* file);
+
+/*
+ * durable_rename(from, to) for a save: on failure, one warn_save_failed()
+ * (rate-limited) instead of PostgreSQL's own WARNING.  True on success.
+ */
+bool rename_for_save(const char* from, const char* to, const char* what);
+
+/* fsync of the data directory after a save created a file; warn_save_failed() on failure. */
+bool fsync_data_directory_for_save(const char* what);
 
 /*
  * Writes `len` bytes into `name` (created or truncated), fsyncs and closes

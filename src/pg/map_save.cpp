@@ -28,6 +28,7 @@ extern "C" {
 #include "port/pg_crc32c.h"
 #include "storage/bufpage.h"
 #include "storage/fd.h"
+#include "port/atomics.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 }
@@ -119,7 +120,7 @@ uint64_t write_full_map(const MapFileHeader& header)
         warn_save_failed("its map", "close", kMapTempFileName);
         ok = false;
     }
-    if (!ok || durable_rename(kMapTempFileName, kMapFileName, WARNING) != 0)
+    if (!ok || !rename_for_save(kMapTempFileName, kMapFileName, "its map"))
         return 0;
     return map_file_bytes(geometry, kMapFileChunkBytes);
 }
@@ -175,10 +176,12 @@ uint64_t append_delta(const MapFileHeader& header, Lsn threshold, bool* too_big)
     ok = ok && write_at(fd, raw, sizeof(raw), batch_offset) && pg_fsync(fd) == 0;
     if (!ok)
         warn_save_failed("its map", "write", kMapDeltaFileName);
-    if (CloseTransientFile(fd) != 0)
+    if (CloseTransientFile(fd) != 0 && ok) {
+        warn_save_failed("its map", "close", kMapDeltaFileName);
         ok = false;
+    }
     /* A new file's directory entry must be durable too. */
-    if (ok && first && fsync_fname_ext(".", true, false, WARNING) != 0)
+    if (ok && first && !fsync_data_directory_for_save("its map"))
         ok = false;
     if (!ok)
         return 0;
@@ -201,7 +204,65 @@ void allocate_buffers()
         static_cast<DeltaEntry*>(MemoryContextAlloc(TopMemoryContext, kDeltaBufferEntries * sizeof(DeltaEntry)));
 }
 
+/* The sequence lock's writer side (shared_state.h): one saving process. */
+void save_stats_begin(SaveStats* stats) noexcept
+{
+    __atomic_add_fetch(&stats->sequence, 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE); /* the odd sequence is visible before any field changes */
+}
+
+void save_stats_end(SaveStats* stats) noexcept
+{
+    __atomic_add_fetch(&stats->sequence, 1, __ATOMIC_RELEASE);
+}
+
 }  // namespace
+
+void save_stats_record_success(Lsn covered_lsn, uint64_t bytes, uint64_t duration_us, bool full) noexcept
+{
+    SaveStats* stats = &shared->save_stats;
+    const TimestampTz now = GetCurrentTimestamp();
+    save_stats_begin(stats);
+    __atomic_store_n(&stats->saves, stats->saves + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&stats->lsn, covered_lsn, __ATOMIC_RELAXED);
+    __atomic_store_n(&stats->time, now, __ATOMIC_RELAXED);
+    __atomic_store_n(&stats->bytes, bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&stats->duration_us, duration_us, __ATOMIC_RELAXED);
+    __atomic_store_n(&stats->full, uint64_t{full}, __ATOMIC_RELAXED);
+    save_stats_end(stats);
+}
+
+void save_stats_record_failure() noexcept
+{
+    SaveStats* stats = &shared->save_stats;
+    save_stats_begin(stats);
+    __atomic_store_n(&stats->failures, stats->failures + 1, __ATOMIC_RELAXED);
+    save_stats_end(stats);
+}
+
+void save_stats_read(SaveStats* out) noexcept
+{
+    const SaveStats* stats = &shared->save_stats;
+    for (;;) {
+        const uint64_t before = __atomic_load_n(&stats->sequence, __ATOMIC_ACQUIRE);
+        if ((before & 1) != 0) {
+            pg_spin_delay();
+            continue;
+        }
+        out->saves = __atomic_load_n(&stats->saves, __ATOMIC_RELAXED);
+        out->failures = __atomic_load_n(&stats->failures, __ATOMIC_RELAXED);
+        out->lsn = __atomic_load_n(&stats->lsn, __ATOMIC_RELAXED);
+        out->time = __atomic_load_n(&stats->time, __ATOMIC_RELAXED);
+        out->bytes = __atomic_load_n(&stats->bytes, __ATOMIC_RELAXED);
+        out->duration_us = __atomic_load_n(&stats->duration_us, __ATOMIC_RELAXED);
+        out->full = __atomic_load_n(&stats->full, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the copies are done before the sequence is read again */
+        if (__atomic_load_n(&stats->sequence, __ATOMIC_RELAXED) == before) {
+            out->sequence = before;
+            return;
+        }
+    }
+}
 
 bool flush_map(const SavePoint& point)
 {
@@ -234,14 +295,17 @@ bool flush_map(const SavePoint& point)
         ss.have_threshold = true;
     }
 
-    if (log_checkpoints && written > 0) {
-        instr_time elapsed;
-        INSTR_TIME_SET_CURRENT(elapsed);
-        INSTR_TIME_SUBTRACT(elapsed, start_time);
+    instr_time elapsed;
+    INSTR_TIME_SET_CURRENT(elapsed);
+    INSTR_TIME_SUBTRACT(elapsed, start_time);
+    if (written > 0)
+        save_stats_record_success(point.covered_lsn, written, INSTR_TIME_GET_MICROSEC(elapsed), full);
+    else
+        save_stats_record_failure();
+    if (log_checkpoints && written > 0)
         ereport(LOG, (errmsg("ptrack map flush: %s, %llu bytes written in %.3f ms, complete up to %X/%X",
                              full ? "full" : "delta", static_cast<unsigned long long>(written),
                              INSTR_TIME_GET_MILLISEC(elapsed), PTRACK_LSN_ARGS(point.covered_lsn))));
-    }
     return written > 0;
 }
 

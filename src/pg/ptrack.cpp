@@ -25,6 +25,7 @@ extern "C" {
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 
 PG_MODULE_MAGIC;
 
@@ -40,6 +41,7 @@ PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 #include "limits_file.h"
 #include "map_persistence.h"
 #include "shared_state.h"
+#include "verify.h"
 
 namespace ptrack::pg {
 
@@ -53,6 +55,7 @@ bool preloaded = false;
 int map_size_mb = 0;
 bool use_segment_summary = true;
 CaptureSourceId capture_source = CaptureSourceId::kNone;
+char unknown_setting[128] = "";
 
 namespace {
 
@@ -139,6 +142,8 @@ void ptrack_shmem_startup()
         limits.clear();
     auto* state = static_cast<SharedState*>(ShmemInitStruct("ptrack", shared_state_bytes(geometry), &found));
     if (!found) {
+        memset(static_cast<void*>(state), 0, sizeof(SharedState));
+        SpinLockInit(&state->last_restart.mutex);
         state->init_lsn = 0;
         state->geometry = geometry;
         /* load_map() fills the region from the file, or clears it. */
@@ -245,6 +250,34 @@ static void check_configured_map_size(const char* raw)
 }
 
 /*
+ * A misspelt ptrack.* line in the configuration (ptrack.mapsize = 64MB)
+ * would leave ptrack.map_size at 0 and tracking off.  PostgreSQL itself
+ * warns when MarkGUCPrefixReserved() removes such a placeholder, without the
+ * consequence; say it in ptrack's words first, and remember the first name
+ * for ptrack_status().  Called after every ptrack parameter is defined, so
+ * the placeholders left over are exactly the unknown names.
+ */
+static void warn_unknown_settings()
+{
+    struct config_generic** variables = get_guc_variables();
+    const int count = GetNumConfigOptions();
+    for (int i = 0; i < count; ++i) {
+        const struct config_generic* var = variables[i];
+        if ((var->flags & GUC_CUSTOM_PLACEHOLDER) == 0 || pg_strncasecmp(var->name, "ptrack.", 7) != 0)
+            continue;
+        if (unknown_setting[0] == '\0')
+            strlcpy(unknown_setting, var->name, sizeof(unknown_setting));
+        ereport(WARNING,
+                (errcode(ERRCODE_UNDEFINED_OBJECT),
+                 errmsg("ptrack has no parameter \"%s\": the setting is ignored", var->name),
+                 map_size_mb == 0 ? errdetail("ptrack.map_size is 0, so change tracking is off.")
+                                  : errdetail("ptrack.map_size is %d MB; change tracking is on.", map_size_mb),
+                 errhint("Correct the name in the configuration. ptrack's parameters are ptrack.map_size, "
+                         "ptrack.capture, ptrack.wal_wait_timeout and ptrack.verify_max_rate.")));
+    }
+}
+
+/*
  * Which source runs, from ptrack.capture and the running server; FATAL when
  * the configured source cannot run here (the server does not start with
  * tracking in an unknown state, as for ptrack.map_size).
@@ -293,12 +326,15 @@ void _PG_init(void)
     DefineCustomBoolVariable("ptrack.use_segment_summary",
                              "Lets ptrack_get_pagemapset skip unchanged files and 8 MB ranges (developer option).",
                              "Turning it off makes every block of every file be probed; for benchmarks.",
-                             &use_segment_summary, true, PGC_SUSET, GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
+                             &use_segment_summary, true, PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL,
+                             NULL, NULL);
     DefineCustomEnumVariable("ptrack.capture", "Where ptrack captures changed blocks from.",
                              "auto: the core-patch hooks when the server has them, else the WAL; hooks; wal. "
                              "SHOW gives the source that runs.",
                              &capture_setting, kCaptureAuto, capture_options, PGC_POSTMASTER, 0, NULL, NULL, NULL);
     define_wal_follower_gucs();
+    define_verify_gucs();
+    warn_unknown_settings();
     MarkGUCPrefixReserved("ptrack");
     check_configured_map_size(configured_copy);
     preloaded = true;

@@ -12,6 +12,7 @@
 
 extern "C" {
 #include "access/xlog.h" /* GetXLogInsertRecPtr(); includers include postgres.h first */
+#include "storage/spin.h"
 }
 
 #include "boundary.h"
@@ -37,6 +38,39 @@ struct FollowerProgress {
     void* latch;              /* the follower's Latch (in shared memory), to wake it; nullptr when not running */
     uint64_t walk_requested;  /* atomic; bumped by a backend that needs a size walk (file_growth.h) */
     uint64_t walk_done;       /* atomic; the walk_requested value the last finished walk started after */
+    int64_t caught_up_time;   /* atomic; TimestampTz when it last had applied all the WAL then available */
+    uint32_t timeline;        /* atomic; timeline of the WAL it reads */
+    int32_t pid;              /* atomic; the follower's PID, 0 when not running */
+};
+
+/*
+ * The last map save and the save counters, for ptrack_status().  Written
+ * only by the one process that saves in this server run (the checkpointer
+ * or the WAL follower: capture_source.h), as a sequence lock: `sequence` is
+ * odd while a write is under way, and a reader retries until it reads the
+ * same even value before and after copying (save_stats_read()).  Every
+ * field is read and written with atomics.
+ */
+struct SaveStats {
+    uint64_t sequence;
+    uint64_t saves;       /* successful saves since the server started */
+    uint64_t failures;    /* failed saves since the server started */
+    uint64_t lsn;         /* covered LSN of the last successful save */
+    int64_t time;         /* TimestampTz when it ended */
+    uint64_t bytes;       /* bytes it wrote (map or delta) */
+    uint64_t duration_us; /* how long it took */
+    uint64_t full;        /* 1: the whole map, 0: a delta */
+};
+
+/*
+ * The last tracking restart (restart_tracking_at()), for ptrack_status():
+ * any process may restart tracking, rarely; guarded by `mutex`.
+ */
+struct RestartInfo {
+    slock_t mutex;
+    int64_t time;       /* TimestampTz; 0 if none since the server started */
+    uint64_t lsn;       /* the new ptrack_init_lsn() it set */
+    char reason[256];
 };
 
 /* The header of ptrack's shared memory; the map region follows, 64-byte aligned. */
@@ -54,6 +88,8 @@ struct SharedState {
     bool resume_at_scan_end;   /* the follower may start reading at restored_scan_end (a restored primary) */
     uint64_t restart_count;    /* atomic; tracking restarts since the server started */
     FollowerProgress follower;
+    SaveStats save_stats;
+    RestartInfo last_restart;
 };
 
 extern SharedState* shared; /* nullptr when tracking is off */
@@ -62,8 +98,16 @@ extern LimitTable limits;   /* "every block from B on changed" (ptrack/limit_tab
 extern bool preloaded;      /* loaded through shared_preload_libraries */
 extern int map_size_mb;     /* the ptrack.map_size GUC, in MB */
 extern bool use_segment_summary; /* developer GUC ptrack.use_segment_summary */
+extern char unknown_setting[128]; /* the first unknown ptrack.* name configured, "" if none (ptrack.cpp) */
 
-PTRACK_FRAME_SAFE(SharedState, Map, MapGeometry);
+PTRACK_FRAME_SAFE(SharedState, Map, MapGeometry, SaveStats);
+
+/* After a map save, by the saving process (map_save.cpp): updates SaveStats. */
+void save_stats_record_success(Lsn covered_lsn, uint64_t bytes, uint64_t duration_us, bool full) noexcept;
+void save_stats_record_failure() noexcept;
+
+/* A consistent copy of SaveStats (retries while the saver writes). */
+void save_stats_read(SaveStats* out) noexcept;
 
 /* Set once this process has seen recovery over (it never comes back). */
 inline bool recovery_seen_over = false;

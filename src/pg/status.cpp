@@ -1,0 +1,255 @@
+/*
+ * status.cpp -- ptrack_status(): one row a monitoring system can poll, and
+ * the reason tracking is off (docs/design.md section 5).
+ *
+ * It exists because a DBA must be able to see that tracking works without
+ * reading the server log: which capture source runs, how full the map is
+ * (and so how many extra blocks a backup copies), whether the map is being
+ * saved, how far the WAL follower is behind, and whether tracking restarted
+ * (the next backup is then full).  The references are Oracle's
+ * V$BLOCK_CHANGE_TRACKING (status, file, size) and PostgreSQL 17's
+ * pg_get_wal_summarizer_state() (timeline, LSN summarized, LSN read, PID).
+ *
+ * Everything comes from shared memory (shared_state.h) with atomic loads, a
+ * sequence lock (the last save) or a spinlock (the last restart): the call
+ * never waits for the follower, never walks the data directory, and works
+ * with tracking off or the library not preloaded.  The share of map slots in
+ * use is sampled (sampled_fill()), so the call stays cheap on a 1 GB map.
+ *
+ * The install script calls it once: during CREATE EXTENSION or ALTER
+ * EXTENSION UPDATE it warns when tracking is off, with how to turn it on.
+ *
+ * C-style frames only (boundary.h): no object with a destructor.
+ */
+extern "C" {
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xlog.h"
+#include "access/xlogrecovery.h"
+#include "commands/extension.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/pg_lsn.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(ptrack_status);
+}
+
+#include "boundary.h"
+#include "capture_source.h"
+#include "shared_state.h"
+
+namespace ptrack::pg {
+
+namespace {
+
+PTRACK_ENGINE_NOEXCEPT(&Map::slots, &load_lsn, &capture_source_name);
+
+/* At most this many 64-byte lines are read to estimate the fill: 4 MB, 524288 slots. */
+constexpr uint64_t kFillSampleLines = 65536;
+
+/*
+ * The share of block slots that hold a mark (any LSN): every line when the
+ * map has at most kFillSampleLines of them (maps up to ~4 MB), else that many
+ * lines evenly spaced over the map.  Blocks are placed by hashing, so evenly
+ * spaced lines are a fair sample; with 524288 slots the standard error is
+ * below 0.07 percentage points.  Range summary slots are not counted.
+ */
+double sampled_fill()
+{
+    const uint64_t lines = map.geometry().line_count;
+    const uint64_t sample = lines < kFillSampleLines ? lines : kFillSampleLines;
+    if (sample == 0)
+        return 0.0;
+    const uint64_t* slots = map.slots();
+    uint64_t used = 0;
+    for (uint64_t i = 0; i < sample; ++i) {
+        /* lines < 2^40 and i < 2^16: the product fits in 64 bits. */
+        const uint64_t line = i * lines / sample;
+        for (uint32_t k = 0; k < kSlotsPerLine; ++k)
+            used += load_lsn(&slots[line * kSlotsPerLine + k]) != 0;
+    }
+    return static_cast<double>(used) / static_cast<double>(sample * kSlotsPerLine);
+}
+
+/* Why tracking is off, or nullptr when it is on; written into `buf`. */
+const char* off_reason(char* buf, size_t len)
+{
+    if (!preloaded)
+        return "ptrack is not in shared_preload_libraries";
+    if (shared != nullptr)
+        return nullptr;
+    if (unknown_setting[0] != '\0')
+        snprintf(buf, len, "ptrack.map_size is 0 (the configuration names an unknown parameter \"%s\": misspelt?)",
+                 unknown_setting);
+    else
+        snprintf(buf, len, "ptrack.map_size is 0");
+    return buf;
+}
+
+/* In CREATE/ALTER EXTENSION: a WARNING that tracking is off, with the fix. */
+void warn_tracking_off(const char* reason)
+{
+    if (!preloaded)
+        ereport(WARNING,
+                (errmsg("ptrack change tracking is off: %s", reason),
+                 errdetail("The functions of the extension raise an error until tracking is on, and no change "
+                           "is recorded meanwhile."),
+                 errhint("Add ptrack to shared_preload_libraries, set ptrack.map_size (for example 64MB) and "
+                         "restart the server.")));
+    else
+        ereport(WARNING,
+                (errmsg("ptrack change tracking is off: %s", reason),
+                 errdetail("The functions of the extension raise an error until tracking is on, and no change "
+                           "is recorded meanwhile."),
+                 errhint("Set ptrack.map_size (for example 64MB) and restart the server.")));
+}
+
+enum StatusColumn {
+    kCapture,
+    kOffReason,
+    kMapSize,
+    kMapFill,
+    kFalsePositiveRate,
+    kInitLsn,
+    kLastSaveLsn,
+    kLastSaveTime,
+    kLastSaveBytes,
+    kLastSaveMs,
+    kLastSaveFull,
+    kSaves,
+    kFailedSaves,
+    kFollowerPid,
+    kFollowerTimeline,
+    kFollowerLsn,
+    kFollowerLagBytes,
+    kFollowerLagSeconds,
+    kRestarts,
+    kLastRestartTime,
+    kLastRestartReason,
+    kStatusColumns
+};
+
+}  // namespace
+
+}  // namespace ptrack::pg
+
+using namespace ptrack::pg;
+using ptrack::CaptureSourceId;
+
+extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
+{
+    TupleDesc tupdesc;
+    if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("function returning record called in context that cannot accept type record")));
+    if (tupdesc->natts != kStatusColumns)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("ptrack_status() of the installed extension does not match the loaded library"),
+                        errhint("Run ALTER EXTENSION ptrack UPDATE.")));
+    tupdesc = BlessTupleDesc(tupdesc);
+
+    Datum values[kStatusColumns];
+    bool nulls[kStatusColumns];
+    for (int i = 0; i < kStatusColumns; ++i) {
+        values[i] = (Datum) 0;
+        nulls[i] = true;
+    }
+
+    char reason_buf[256];
+    const char* reason = off_reason(reason_buf, sizeof(reason_buf));
+    if (reason != nullptr && creating_extension)
+        warn_tracking_off(reason);
+
+    nulls[kCapture] = false;
+    values[kCapture] = CStringGetTextDatum(reason != nullptr ? "off" : capture_source_name(capture_source));
+    nulls[kMapSize] = false;
+    values[kMapSize] = Int64GetDatum(reason != nullptr ? 0 : static_cast<int64>(map_size_mb) * 1024 * 1024);
+    nulls[kRestarts] = false;
+    values[kRestarts] = Int64GetDatum(0);
+    nulls[kSaves] = false;
+    values[kSaves] = Int64GetDatum(0);
+    nulls[kFailedSaves] = false;
+    values[kFailedSaves] = Int64GetDatum(0);
+    if (reason != nullptr) {
+        nulls[kOffReason] = false;
+        values[kOffReason] = CStringGetTextDatum(reason);
+        PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+    }
+
+    const double fill = sampled_fill();
+    nulls[kMapFill] = false;
+    values[kMapFill] = Float8GetDatum(fill);
+    /* An unchanged block is listed when both its slots hold a mark at or after start_lsn. */
+    nulls[kFalsePositiveRate] = false;
+    values[kFalsePositiveRate] = Float8GetDatum(fill * fill);
+
+    const uint64_t init = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
+    if (init != 0) {
+        nulls[kInitLsn] = false;
+        values[kInitLsn] = LSNGetDatum(init);
+    }
+
+    SaveStats saves;
+    save_stats_read(&saves);
+    values[kSaves] = Int64GetDatum(static_cast<int64>(saves.saves));
+    values[kFailedSaves] = Int64GetDatum(static_cast<int64>(saves.failures));
+    if (saves.saves > 0) {
+        nulls[kLastSaveLsn] = nulls[kLastSaveTime] = nulls[kLastSaveBytes] = nulls[kLastSaveMs] =
+            nulls[kLastSaveFull] = false;
+        values[kLastSaveLsn] = LSNGetDatum(saves.lsn);
+        values[kLastSaveTime] = TimestampTzGetDatum(saves.time);
+        values[kLastSaveBytes] = Int64GetDatum(static_cast<int64>(saves.bytes));
+        values[kLastSaveMs] = Float8GetDatum(static_cast<double>(saves.duration_us) / 1000.0);
+        values[kLastSaveFull] = BoolGetDatum(saves.full != 0);
+    }
+
+    if (capture_source == CaptureSourceId::kWal) {
+        const FollowerProgress& f = shared->follower;
+        const int32_t pid = __atomic_load_n(&f.pid, __ATOMIC_ACQUIRE);
+        if (pid != 0) {
+            nulls[kFollowerPid] = false;
+            values[kFollowerPid] = Int32GetDatum(pid);
+        }
+        const uint32_t tli = __atomic_load_n(&f.timeline, __ATOMIC_ACQUIRE);
+        if (tli != 0) {
+            nulls[kFollowerTimeline] = false;
+            values[kFollowerTimeline] = Int32GetDatum(static_cast<int32>(tli));
+        }
+        /* The position the follower aims at first, then where it is: the lag is never negative. */
+        const ptrack::Lsn target = RecoveryInProgress() ? GetXLogReplayRecPtr(NULL) : GetFlushRecPtr(NULL);
+        const ptrack::Lsn applied = __atomic_load_n(&f.applied_lsn, __ATOMIC_ACQUIRE);
+        const TimestampTz caught_up = __atomic_load_n(&f.caught_up_time, __ATOMIC_ACQUIRE);
+        if (applied != 0) {
+            const uint64_t lag = target > applied ? target - applied : 0;
+            nulls[kFollowerLsn] = nulls[kFollowerLagBytes] = false;
+            values[kFollowerLsn] = LSNGetDatum(applied);
+            values[kFollowerLagBytes] = Int64GetDatum(static_cast<int64>(lag));
+            if (lag == 0 || caught_up != 0) {
+                /* WAL still to apply was written after the follower last had applied everything. */
+                const TimestampTz now = GetCurrentTimestamp();
+                const double seconds =
+                    lag == 0 || now <= caught_up ? 0.0 : static_cast<double>(now - caught_up) / USECS_PER_SEC;
+                nulls[kFollowerLagSeconds] = false;
+                values[kFollowerLagSeconds] = Float8GetDatum(seconds);
+            }
+        }
+    }
+
+    values[kRestarts] = Int64GetDatum(static_cast<int64>(__atomic_load_n(&shared->restart_count, __ATOMIC_ACQUIRE)));
+    RestartInfo& last = shared->last_restart;
+    char restart_reason[sizeof(last.reason)];
+    SpinLockAcquire(&last.mutex);
+    const TimestampTz restart_time = last.time;
+    memcpy(restart_reason, last.reason, sizeof(restart_reason));
+    SpinLockRelease(&last.mutex);
+    if (restart_time != 0) {
+        nulls[kLastRestartTime] = nulls[kLastRestartReason] = false;
+        values[kLastRestartTime] = TimestampTzGetDatum(restart_time);
+        restart_reason[sizeof(restart_reason) - 1] = '\0';
+        values[kLastRestartReason] = CStringGetTextDatum(restart_reason);
+    }
+    PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
