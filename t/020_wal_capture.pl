@@ -77,7 +77,15 @@ ok(!$node->start(fail_ok => 1), 'ptrack.capture = hooks: a stock server refuses 
 like(log_since($node, $offset),
 	qr/FATAL:  ptrack\.capture is "hooks" but this server has no ptrack core hooks.*\n(?:.*\n)*?.*HINT:  Set ptrack\.capture = auto or wal/m,
 	'the FATAL says why and what to set');
-$node->append_conf('postgresql.conf', "ptrack.capture = auto\n");
+# No background worker slot left for the follower: refuse to start rather
+# than run without one (nothing tracked, and the slot keeping WAL).
+$node->append_conf('postgresql.conf', "ptrack.capture = auto\nmax_worker_processes = 0\n");
+$offset = log_position($node);
+ok(!$node->start(fail_ok => 1), 'max_worker_processes = 0: the server refuses to start');
+like(log_since($node, $offset),
+	qr/FATAL:  ptrack could not register its WAL follower: max_worker_processes \(0\).*\n(?:.*\n)*?.*HINT:  Increase max_worker_processes/m,
+	'the FATAL says the follower has no background worker slot, and what to set');
+$node->append_conf('postgresql.conf', "max_worker_processes = 8\n");
 $offset = log_position($node);
 $node->start;
 is(init_lsn($node), $init0, 'back on auto: the saved map is trusted (same ptrack_init_lsn())');

@@ -53,6 +53,7 @@ extern "C" {
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
+#include "postmaster/bgworker_internals.h"
 #include "postmaster/interrupt.h"
 #include "replication/slot.h"
 #include "storage/fd.h"
@@ -593,6 +594,25 @@ void register_wal_follower()
     snprintf(worker.bgw_name, BGW_MAXLEN, "ptrack WAL follower");
     snprintf(worker.bgw_type, BGW_MAXLEN, "ptrack WAL follower");
     RegisterBackgroundWorker(&worker);
+    /*
+     * RegisterBackgroundWorker() only LOGs when max_worker_processes is
+     * used up, and the server would run without a follower: nothing tracked,
+     * and the slot keeping WAL.  Refuse to start instead.
+     */
+    /* slist_foreach() and slist_container() without their C-only type checks (lib/ilist.h). */
+    for (const slist_node* node = BackgroundWorkerList.head.next; node != nullptr; node = node->next) {
+        const auto* registered = reinterpret_cast<const RegisteredBgWorker*>(
+            reinterpret_cast<const char*>(node) - offsetof(RegisteredBgWorker, rw_lnode));
+        if (strcmp(registered->rw_worker.bgw_library_name, "ptrack") == 0 &&
+            strcmp(registered->rw_worker.bgw_function_name, "ptrack_wal_follower_main") == 0)
+            return;
+    }
+    ereport(FATAL, (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+                    errmsg("ptrack could not register its WAL follower: max_worker_processes (%d) background "
+                           "workers are registered already",
+                           max_worker_processes),
+                    errhint("Increase max_worker_processes, or set ptrack.map_size = 0 to turn change tracking "
+                            "off.")));
 }
 
 void wait_for_follower()
