@@ -338,6 +338,9 @@ if (capture_mode() eq 'hooks')
 			last_batch_is_latest('last delta batch cut short');
 			truncate("$pgdata/ptrack.map.delta", (-s "$pgdata/ptrack.map.delta") - 8) or die "truncate: $!";
 		});
+	like(PostgreSQL::Test::Utils::slurp_file($node->logfile),
+		qr/LOG:  ptrack ignored the last \d+ bytes of "ptrack\.map\.delta": they do not hold a valid flush/,
+		'last delta batch cut short: the log says the delta\'s tail was ignored, next to the refusal');
 	stopped_case(
 		'delta file removed',
 		$reason{older},

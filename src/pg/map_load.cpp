@@ -135,8 +135,13 @@ Lsn conservative_lsn_bound(const ControlFileData* control)
 void apply_delta_file(const Map& map, MapFileHeader* header)
 {
     const int fd = OpenTransientFile(kMapDeltaFileName, O_RDONLY | PG_BINARY);
-    if (fd < 0)
+    if (fd < 0) {
+        if (errno != ENOENT)
+            ereport(LOG, (errcode_for_file_access(),
+                          errmsg("ptrack could not open \"%s\": %m; the map is taken as of its last full save",
+                                 kMapDeltaFileName)));
         return;
+    }
     struct stat st;
     const uint64_t file_bytes = fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
     const size_t buffer_bytes = 1024 * 1024;
@@ -179,6 +184,11 @@ void apply_delta_file(const Map& map, MapFileHeader* header)
     CloseTransientFile(fd);
     if (applied > 0)
         ereport(LOG, (errmsg("ptrack applied %d incremental flushes from \"%s\"", applied, kMapDeltaFileName)));
+    /* A torn last batch is what a crash during an append leaves; say so, since the map's trust may hang on it. */
+    if (offset < file_bytes)
+        ereport(LOG, (errmsg("ptrack ignored the last %llu bytes of \"%s\": they do not hold a valid flush of "
+                             "this map",
+                             static_cast<unsigned long long>(file_bytes - offset), kMapDeltaFileName)));
 }
 
 /* Reads every chunk of the region into `map`; collects the chunks whose CRC fails. */
