@@ -172,6 +172,35 @@ bool load_file(const char* name, Lsn covered)
     return ok;
 }
 
+/* One stat() per relation file: updates the table, and collects growth unless `baseline`. */
+WalkState walk_files(bool baseline)
+{
+    ++walk_number;
+    WalkState walk{baseline, nullptr, 0, 64};
+    walk.growth = static_cast<Growth*>(palloc(walk.capacity * sizeof(Growth)));
+    walk_data_directory(note_file, &walk);
+    forget_unseen();
+    return walk;
+}
+
+/* Marks the growth `walk` collected in `target` at `lsn` (see growth_walk()); frees it; returns the blocks marked. */
+uint64_t mark_growth(WalkState walk, Map* target, Lsn lsn, Lsn skip_marked_since)
+{
+    uint64_t marked = 0;
+    for (uint32_t i = 0; i < walk.count; ++i) {
+        const Growth& g = walk.growth[i];
+        const BlockNumber first = g.segno * static_cast<BlockNumber>(RELSEG_SIZE);
+        for (uint32_t b = g.from; b < g.to; ++b) {
+            if (skip_marked_since != 0 && target->block_changed(g.rel, first + b, skip_marked_since))
+                continue;
+            target->mark(g.rel, first + b, lsn);
+            ++marked;
+        }
+    }
+    pfree(walk.growth);
+    return marked;
+}
+
 }  // namespace
 
 void growth_create()
@@ -198,24 +227,27 @@ bool growth_load(Lsn covered)
     return load_file(kSizesNewFileName, covered) || load_file(kSizesFileName, covered);
 }
 
-Lsn growth_walk(bool baseline)
+Lsn growth_walk(bool baseline, Lsn skip_marked_since)
 {
-    ++walk_number;
-    WalkState walk{baseline, nullptr, 0, 64};
-    walk.growth = static_cast<Growth*>(palloc(walk.capacity * sizeof(Growth)));
-    walk_data_directory(note_file, &walk);
-    forget_unseen();
+    WalkState walk = walk_files(baseline);
     /* Read after every stat(): no smaller than the WAL position when any growth seen here happened. */
     const Lsn lsn = RecoveryInProgress() ? Max(GetXLogReplayRecPtr(NULL), GetXLogInsertRecPtr())
                                          : GetXLogInsertRecPtr();
-    for (uint32_t i = 0; i < walk.count; ++i) {
-        const Growth& g = walk.growth[i];
-        const BlockNumber first = g.segno * static_cast<BlockNumber>(RELSEG_SIZE);
-        for (uint32_t b = g.from; b < g.to; ++b)
-            capture_block_at(g.rel, first + b, lsn);
-    }
-    pfree(walk.growth);
+    (void) mark_growth(walk, &map, lsn, skip_marked_since);
     return lsn;
+}
+
+bool growth_mark_since_save(Lsn covered, Lsn lsn, Map* target, uint64_t* blocks)
+{
+    growth_create();
+    const bool found = growth_load(covered);
+    *blocks = 0;
+    if (found)
+        *blocks = mark_growth(walk_files(false), target, lsn, 0);
+    hash_destroy(sizes);
+    sizes = nullptr;
+    last_entry = nullptr;
+    return found;
 }
 
 void growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn lsn)

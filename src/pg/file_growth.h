@@ -26,11 +26,20 @@
  *     before the map and renames it over ptrack.sizes after, so whichever
  *     save the map file holds, one of the two files matches its covered LSN.
  *
- * All of it runs in the follower process only; C-style frames (may ERROR).
+ * The hooks source uses the same table and file for one window the hooks
+ * leave open: a block added after the last map save and lost with the
+ * in-memory marks by a crash has no WAL to re-mark it.  The checkpointer
+ * walks before each save (growth_walk() with `skip_marked_since`) and saves
+ * the sizes with the map; after a crash the postmaster marks what the files
+ * gained since (growth_mark_since_save()).  docs/design.md section 4.8.
+ *
+ * The table lives in the process that saves the map (the follower, or the
+ * checkpointer); C-style frames (may ERROR).
  */
 #ifndef PTRACK_PG_FILE_GROWTH_H
 #define PTRACK_PG_FILE_GROWTH_H
 
+#include "ptrack/map.h"
 #include "ptrack/relfork.h"
 #include "shared_state.h"
 
@@ -51,10 +60,24 @@ bool growth_load(Lsn covered);
 /*
  * Looks at every relation file: with `baseline`, records sizes only;
  * otherwise marks the blocks each file gained since its remembered size
- * (0 for a file not seen before).  Returns the LSN read after the stat()s,
- * which the marks carry.
+ * (0 for a file not seen before), except, when `skip_marked_since` is not 0,
+ * a block the map already shows changed at or after it (the hooks marked it
+ * when the file was extended: marking it again would only list it in one
+ * more incremental backup).  Returns the LSN read after the stat()s, which
+ * the marks carry.
  */
-Lsn growth_walk(bool baseline);
+Lsn growth_walk(bool baseline, Lsn skip_marked_since = 0);
+
+/*
+ * The hooks source, in the postmaster before recovery from a crash
+ * (map_load.cpp): loads the sizes saved with the map whose covered LSN is
+ * `covered`, looks at every relation file and marks in `map`, at `lsn`, the
+ * blocks each file gained since (every block of a file the sizes do not
+ * name); *blocks counts them.  False, with nothing marked, if no sizes file
+ * matches `covered`.  Leaves no table behind.  Raises an ERROR if the data
+ * directory cannot be read.
+ */
+bool growth_mark_since_save(Lsn covered, Lsn lsn, Map* map, uint64_t* blocks);
 
 /*
  * A WAL record ending at `lsn` references `block` of `rel`: the file had at

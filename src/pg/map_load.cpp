@@ -360,11 +360,16 @@ Lsn base_backup_init_lsn(const ControlFileData& control, Map* map)
  *   whatever was done to the stopped cluster without WAL (pg_checksums),
  *   while the start LSN of any backup taken in this run lies after it.
  *
- *   After a crash or a standby's shutdown (wal_level >= replica): the redo
- *   LSN recovery starts from, if the startup scan reads the WAL from there
- *   to its end (startup_scan.h): every change after it is then marked, by the
- *   scan or by this run.  One byte past it after a standby's clean shutdown
- *   (offline tools, as above).
+ *   After a crash or a standby's shutdown (wal_level >= replica): one byte
+ *   past the end of the valid WAL, if the startup scan reads the WAL to its
+ *   end (startup_scan.h).  Not the redo LSN: the WAL names every block a
+ *   record changed, but not the zero pages relation extension added after
+ *   the redo LSN (a heap extended by several pages, the pages replay fills
+ *   up to a block a record names), whose marks the lost map held, and no
+ *   record of the files' sizes at the redo LSN exists (the sizes saved with
+ *   a map are taken after it, docs/design.md section 4.8).  Every backup
+ *   taken before the crash started at or before the WAL's end, so the next
+ *   one must be full; every change after the end is made in this run.
  */
 Lsn fresh_map_init_lsn(const ControlFileData* control, Map* map)
 {
@@ -381,32 +386,50 @@ Lsn fresh_map_init_lsn(const ControlFileData* control, Map* map)
     const char* why = scan_wal_at_startup(*control, redo, control->checkPointCopy.ThisTimeLineID, map, &scan);
     if (why != nullptr) {
         map->clear();
-        ereport(LOG, (errmsg("ptrack cannot prove the WAL since the redo LSN %X/%X complete: %s",
+        ereport(LOG, (errmsg("ptrack cannot find the end of the WAL after the redo LSN %X/%X: %s",
                              PTRACK_LSN_ARGS(redo), why),
                       errdetail("ptrack_init_lsn() is established when tracking is first used.")));
         return 0;
     }
     log_startup_scan(scan, "since the redo LSN recovery starts from");
-    return control->state == DB_SHUTDOWNED_IN_RECOVERY ? redo + 1 : scanned_from(scan, redo, control->xlog_seg_size);
+    return scan.end + 1;
 }
 
 /*
  * The hooks source's loaded map, complete up to its covered LSN: marks what
- * the WAL after it changed (startup_scan.h).  nullptr, or why the map cannot
- * be trusted.
+ * the WAL after it changed (startup_scan.h) and, after a crash, the blocks
+ * relation files gained since the save without WAL (file_growth.h: relation
+ * extension writes zero pages that get a WAL record only when first used,
+ * and their marks were in memory).  nullptr, or why the map cannot be
+ * trusted.
  */
 const char* rescan_loaded_map(const ControlFileData* control, const MapFileHeader& header, Map* map)
 {
     if (capture_source != CaptureSourceId::kHooks)
         return nullptr;
+    static char text[384];
     StartupScan scan;
     const char* why = scan_wal_at_startup(*control, header.covered_lsn, header.timeline, map, &scan);
     if (why != nullptr) {
-        static char text[384];
         snprintf(text, sizeof(text), "the WAL after it cannot be proven complete: %s", why);
         return text;
     }
     log_startup_scan(scan, "after the map's covered LSN");
+    /* After a clean shutdown the map was saved once every backend had exited: no block was added since. */
+    if (control->state == DB_SHUTDOWNED || control->state == DB_SHUTDOWNED_IN_RECOVERY)
+        return nullptr;
+    /*
+     * The end of the valid WAL bounds every change a backup taken before the
+     * crash may need listed: its start LSN is at most the WAL flushed then.
+     */
+    uint64_t blocks = 0;
+    if (!growth_mark_since_save(header.covered_lsn, scan.end, map, &blocks))
+        return "the relation file sizes saved with it (ptrack.sizes) are missing or damaged, so the blocks "
+               "relation files gained without WAL since it was saved cannot be found";
+    ereport(LOG, (errmsg("ptrack marked %llu blocks that relation files gained since the map was saved",
+                         static_cast<unsigned long long>(blocks)),
+                  errdetail("Relation extension writes pages with no WAL record until they are used; a "
+                            "crash lost their marks.")));
     return nullptr;
 }
 
