@@ -40,13 +40,21 @@ use PtrackOracle qw(block_counts missed_blocks show_misses page_lsns);
 
 my $mode = capture_mode();
 
-my $node = ptrack_node('extension_crash',
-	conf => "autovacuum = off\ncheckpoint_timeout = 1h\nmax_wal_size = 1GB\nmax_connections = 30\n");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION ptrack');
-$node->safe_psql('postgres',
-	"CREATE TABLE ext_t (id bigint, pad text) WITH (fillfactor = 100);"
-	  . "ALTER TABLE ext_t ALTER COLUMN pad SET STORAGE PLAIN;");
+# A started node with ptrack and the table ext_t; no checkpoint unless asked for.
+sub ext_node
+{
+	my ($name, %opts) = @_;
+	my $n = ptrack_node($name, %opts,
+		conf => "autovacuum = off\ncheckpoint_timeout = 1h\nmax_wal_size = 1GB\nmax_connections = 30\n");
+	$n->start;
+	$n->safe_psql('postgres', 'CREATE EXTENSION ptrack');
+	$n->safe_psql('postgres',
+		"CREATE TABLE ext_t (id bigint, pad text) WITH (fillfactor = 100);"
+		  . "ALTER TABLE ext_t ALTER COLUMN pad SET STORAGE PLAIN;");
+	return $n;
+}
+
+my $node = ext_node('extension_crash');
 
 my $work = $node->basedir . '/extension_crash';
 mkdir $work or die "mkdir $work: $!";
@@ -137,13 +145,7 @@ ok($premise_met, 'the inserters left zero pages with no WAL past the truncated e
 # checkpoint, whose save would look at the files; so the oracle runs on the
 # standby right after it is started again, before any restartpoint.
 
-my $primary = ptrack_node('ext_primary', allows_streaming => 1,
-	conf => "autovacuum = off\ncheckpoint_timeout = 1h\nmax_wal_size = 1GB\nmax_connections = 30\n");
-$primary->start;
-$primary->safe_psql('postgres', 'CREATE EXTENSION ptrack');
-$primary->safe_psql('postgres',
-	"CREATE TABLE ext_t (id bigint, pad text) WITH (fillfactor = 100);"
-	  . "ALTER TABLE ext_t ALTER COLUMN pad SET STORAGE PLAIN;");
+my $primary = ext_node('ext_primary', allows_streaming => 1);
 $primary->backup('for_standby');
 my $standby = PostgreSQL::Test::Cluster->new('ext_standby');
 $standby->init_from_backup($primary, 'for_standby', has_streaming => 1);
