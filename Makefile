@@ -53,6 +53,13 @@ PG_CPPFLAGS = -I$(CURDIR)/include '-DPGDLLEXPORT=__attribute__((visibility("defa
 PG_CXXFLAGS = -std=c++17 -fno-exceptions -fno-rtti -fvisibility=hidden -fvisibility-inlines-hidden \
 	-Wall -Wextra -Wno-missing-field-initializers -Wno-register -Wno-unused-parameter
 SHLIB_LINK = -lstdc++
+# COPT ("flags added to whatever configure picked", PostgreSQL's Makefile.global)
+# reaches only the C compiler there; pg_buildext puts the distribution's CFLAGS
+# in it (Debian: -ffile-prefix-map for a reproducible build, the hardening
+# flags), and every object here is C++.  Debian's CFLAGS are valid C++ flags.
+ifdef COPT
+PG_CXXFLAGS += $(COPT)
+endif
 
 REGRESS = ptrack_api ptrack_update ptrack_relocate ptrack_errors ptrack_status
 REGRESS_OPTS = --temp-instance=$(CURDIR)/tmp_check_regress --temp-config=$(CURDIR)/t/regress.conf

@@ -360,6 +360,14 @@ if [[ -z $deb ]]; then
 		die "FAIL: dpkg-buildpackage failed"
 	fi
 	say "built in $((SECONDS - start))s"
+	# The distribution's compiler flags (pg_buildext passes them as COPT,
+	# which PGXS gives to C only) must reach the C++ compiler too: the
+	# path map makes the build reproducible, the rest is hardening.
+	compiles=$(grep -E '^g\+\+ .* -c -o src/' "$work/build.log" || true)
+	[[ -n $compiles ]] || die "FAIL: the build log shows no g++ compile of src/ (build.log kept)"
+	without=$(grep -v -e '-ffile-prefix-map=' <<<"$compiles" | sed -n 's/.* -c -o \([^ ]*\).*/\1/p' || true)
+	[[ -z $without ]] || die "FAIL: compiled without Debian's CFLAGS (-ffile-prefix-map): $without"
+	say "ok: every C++ object was compiled with the distribution's flags ($(wc -l <<<"$compiles") compiles)"
 	deb=$work/${PKG}_${pkg_version#*:}_$arch.deb
 	[[ -f $deb ]] || die "dpkg-buildpackage did not produce $(basename "$deb"); it made: $(cd "$work" && ls ./*.deb 2>/dev/null | tr '\n' ' ')"
 	# debian/rules clean must bring the tree back to what it was.
