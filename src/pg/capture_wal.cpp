@@ -283,6 +283,7 @@ void establish_start()
     Lsn restart = slot_restart_lsn();
     const Lsn init = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
     const Lsn covered = shared->loaded_covered_lsn;
+    const char* restart_reason = nullptr;
     if (init != 0 && covered != 0) {
         Lsn start = covered;
         const char* problem = resume_point(covered, shared->loaded_timeline, &start);
@@ -298,7 +299,7 @@ void establish_start()
                                  PTRACK_LSN_ARGS(start))));
             return;
         }
-        restart_tracking_at(restart != InvalidXLogRecPtr ? restart : GetRedoRecPtr(), problem);
+        restart_reason = problem; /* said once the fresh map's ptrack_init_lsn() is known */
     }
     if (restart == InvalidXLogRecPtr)
         restart = reserve_wal();
@@ -310,6 +311,9 @@ void establish_start()
      */
     const Lsn scan_end = shared->resume_at_scan_end ? shared->restored_scan_end : 0;
     start_fresh(scan_end != 0 && scan_end < restart ? scan_end : restart, shared->fresh_init_floor);
+    /* The WARNING names the LSN ptrack_init_lsn() now returns, not an earlier one. */
+    if (restart_reason != nullptr)
+        restart_tracking_at(init_lsn(), restart_reason);
 }
 
 /*
@@ -485,9 +489,10 @@ void restart_after_read_error()
     char reason[160];
     snprintf(reason, sizeof(reason), "the WAL follower could not read the WAL from %X/%X (see the error above)",
              PTRACK_LSN_ARGS(lost_from));
-    restart_tracking_at(Max(start, lost_from), reason);
     /* Truncations in the lost WAL never reached the size table: start it over. */
     start_fresh(start, lost_from);
+    /* After start_fresh(): the WARNING names the LSN ptrack_init_lsn() now returns (>= both). */
+    restart_tracking_at(init_lsn(), reason);
     publish(&shared->follower.applied_lsn, follower.next);
 }
 
