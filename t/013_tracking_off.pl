@@ -48,7 +48,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 use PtrackCluster qw(capture_mode ptrack_node map_header log_position log_since not_trusted_re init_lsn);
-use PtrackOracle qw(block_counts lsn_to_int no_misses_ok);
+use PtrackOracle qw(block_counts int_to_lsn lsn_to_int no_misses_ok);
 
 my $node = ptrack_node(
 	'tracking_off',
@@ -167,8 +167,8 @@ $node->append_conf('postgresql.conf', 'ptrack.map_size = 0');
 my $offset = log_position($node);
 $node->start;
 my $log = log_since($node, $offset);
-my @ptrack_files = ('ptrack.map', 'ptrack.map.delta', 'ptrack.map.tmp');
-push @ptrack_files, 'ptrack.sizes', 'ptrack.limits' if capture_mode() eq 'wal';
+my @ptrack_files = ('ptrack.map', 'ptrack.map.delta', 'ptrack.map.tmp', 'ptrack.sizes');
+push @ptrack_files, 'ptrack.limits' if capture_mode() eq 'wal';
 foreach my $file (@ptrack_files)
 {
 	ok(!-e "$pgdata/$file", "map_size = 0: $file was removed at startup");
@@ -207,8 +207,14 @@ $node->append_conf('postgresql.conf', 'ptrack.map_size = 64MB');
 $offset = log_position($node);
 $node->start;
 $log = log_since($node, $offset);
-like($log, qr/LOG:  ptrack map file "ptrack\.map" not found: change tracking starts now$/m,
-	'map_size back to 64MB: no map file, tracking starts now');
+like($log, qr/LOG:  ptrack map file "ptrack\.map" not found: change tracking starts afresh/m,
+	'map_size back to 64MB: no map file, tracking starts afresh');
+if (capture_mode() eq 'hooks')
+{
+	my ($said) = $log =~ /starts afresh, ptrack_init_lsn\(\) is (\S+)$/m;
+	is($said, int_to_lsn(lsn_to_int($shutdown_redo) + 1),
+		"map_size back to 64MB: the LOG gives ptrack_init_lsn(), one byte past the shutdown checkpoint's redo $shutdown_redo");
+}
 unlike($log, qr/WARNING/, 'map_size back to 64MB: no WARNING at startup');
 # The first full backup after tracking starts, taken before anything asks for
 # ptrack_init_lsn() (its checkpoint makes the first map flush), is a valid

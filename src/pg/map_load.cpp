@@ -612,9 +612,16 @@ void load_map(SharedState* state, Map* map)
             reason = "it could not be opened";
         else if (stat(kMapDeltaFileName, &st) == 0)
             reason = "it is missing while \"ptrack.map.delta\" exists (was it deleted?)";
-        else
-            ereport(LOG, (errmsg("ptrack map file \"%s\" not found: change tracking starts now", kMapFileName)));
         start_fresh(state, map, control, reason, false);
+        if (reason == nullptr && state->init_lsn != 0)
+            ereport(LOG, (errmsg("ptrack map file \"%s\" not found: change tracking starts afresh, "
+                                 "ptrack_init_lsn() is %X/%X",
+                                 kMapFileName, PTRACK_LSN_ARGS(state->init_lsn))));
+        else if (reason == nullptr)
+            ereport(LOG, (errmsg("ptrack map file \"%s\" not found: change tracking starts afresh", kMapFileName),
+                          errdetail(capture_source == CaptureSourceId::kWal
+                                        ? "ptrack_init_lsn() is set where the WAL follower starts reading."
+                                        : "ptrack_init_lsn() is set when tracking is first used.")));
     } else {
         MapFileHeader header{};
         const char* reason = read_trusted_map(fd, control, state->geometry, map, &header);
