@@ -3,26 +3,39 @@
 # 024_extension_crash.pl -- blocks that relation extension added after the
 # last map save are listed after a crash (docs/design.md section 4.8).
 #
-# A heap extended under contention (several backends waiting for the
-# relation extension lock) gets many zero pages at once
-# (RelationAddExtraBlocks() in PostgreSQL's hio.c); each one has no WAL
-# record until a tuple goes into it, and some never do before the crash.
-# The hooks marked them in memory only; recovery and the startup scan see no
-# WAL for them.  A backup tool must still be told: where the file was
+# Relation extension writes zero pages that get a WAL record only when first
+# used.  The hooks mark them in mdextend(), in memory; a crash before the
+# next save loses those marks, and recovery and the startup scan see no WAL
+# for the pages.  A backup tool must still be told: where the file was
 # truncated since the previous backup (VACUUM cuts empty pages at the end),
 # the restore would otherwise bring back that backup's old page, rows that
 # were deleted since included.  So the hooks source saves the relation file
 # sizes with each map and, after a crash, marks what the files gained since;
 # the wal source's follower watches the files the same way.
 #
-# The scenario makes that case: a table truncated by VACUUM after L, then
-# regrown by eight concurrent inserters of wide rows, cut off by an immediate
-# stop with no checkpoint after L.  The oracle (PtrackOracle::missed_blocks,
-# from the files: page LSNs, and sizes at L, the table's being its length
-# after the truncation) must find every block changed or added since L listed, and the premise is checked: zero pages with no WAL exist
-# past the old end of the table, else the round proves nothing and is run
-# again.  Then the refusal side (hooks): after a crash, a map whose sizes file
-# is gone is not trusted, with the reason in the log.
+# Each case: a checkpoint (the map and the sizes saved), L, growth, an
+# immediate stop with no checkpoint after L, a start; then, before any
+# checkpoint, the oracle (PtrackOracle::missed_blocks, from the files: page
+# LSNs, and sizes at L) must find every block changed or added since L
+# listed.  Cases:
+#   1. a hash index grown across a split point: _hash_alloc_buckets()
+#      extends the file to the split point's last bucket page and leaves the
+#      pages before it unwritten (zero, no WAL until a split uses them):
+#      deterministic, and the premise (zero pages past the size at L after
+#      recovery) is asserted;
+#   2. the data-loss shape: a heap truncated by VACUUM after L, regrown by
+#      eight concurrent inserters (RelationAddExtraBlocks() extends by many
+#      pages under contention), cut off by the crash; the table's size "at
+#      L" is its length after the truncation.  Contention is not
+#      deterministic: the zero pages it left are counted, not required;
+#   3. a standby: replay fills a file with zero pages up to a block a record
+#      names (XLogReadBufferExtended()): the hash index of case 1 grown on
+#      the primary; a standby has no end-of-recovery checkpoint, whose save
+#      would look at the files, so only the startup's size walk finds them;
+#   4. a database directory the walk cannot read: checkpoints go on (a
+#      WARNING says why the save was skipped);
+#   5. (hooks) after a crash, a map whose sizes file is gone is refused,
+#      with the reason in the log.
 
 use strict;
 use warnings;
@@ -56,6 +69,60 @@ sub ext_node
 
 my $node = ext_node('extension_crash');
 
+my $init = init_lsn($node);
+
+# Crashes $n (stop -m immediate, start) and checks what every case needs;
+# returns the log since $off.
+sub crash_restart
+{
+	my ($n, $label, $want_init) = @_;
+	my $off = log_position($n);
+	$n->stop('immediate');
+	$n->start;
+	my $log = log_since($n, $off);
+	unlike($log, not_trusted_re(), "$label: the map is trusted after the crash")
+	  or diag(join("\n", grep { /ptrack/ } split /\n/, $log));
+	is(init_lsn($n), $want_init, "$label: ptrack_init_lsn() is unchanged");
+	return $log;
+}
+
+# The blocks of $path at or after $from whose page LSN is 0 (never written
+# with WAL), after a checkpoint or restartpoint wrote what replay changed.
+sub zero_pages
+{
+	my ($n, $path, $from) = @_;
+	my @lsns = page_lsns($n->data_dir, $path);
+	return grep { $_ >= $from && $lsns[$_] == 0 } 0 .. $#lsns;
+}
+
+sub first_few { my @z = @_; return join(' ', @z[ 0 .. ($#z < 4 ? $#z : 4) ]); }
+
+# ---- 1. a hash index grown across a split point -------------------------------
+
+$node->safe_psql('postgres',
+	'CREATE TABLE hx (id int); CREATE INDEX hx_idx ON hx USING hash (id);'
+	  . 'INSERT INTO hx SELECT g FROM generate_series(1, 20000) g;');
+$node->safe_psql('postgres', 'CHECKPOINT');    # the map and the sizes are saved here
+my $L = $node->lsn('insert');
+my $baseline = block_counts($node->data_dir);
+my $hx_idx = $node->safe_psql('postgres', "SELECT pg_relation_filepath('hx_idx')");
+my $had = $baseline->{$hx_idx};
+$node->safe_psql('postgres', 'INSERT INTO hx SELECT g FROM generate_series(1, 30000) g');
+my $log = crash_restart($node, 'hash index', $init);
+like($log, qr/database system was interrupted/, 'hash index: the server went through crash recovery');
+like($log, qr/LOG:  ptrack marked [1-9]\d* blocks that relation files gained since the map was saved/,
+	'hash index: the startup marked what the files gained since the save')
+  if $mode eq 'hooks';
+my @misses = missed_blocks($node, $L, baseline => $baseline);
+is(scalar @misses, 0, "hash index: every block changed or added since $L is listed")
+  or diag(show_misses(@misses));
+$node->safe_psql('postgres', 'CHECKPOINT');
+my @zero = zero_pages($node, $hx_idx, $had);
+cmp_ok(scalar @zero, '>', 0,
+	"hash index: $hx_idx had $had blocks at L; past them, pages with no WAL (the case tested): " . first_few(@zero));
+
+# ---- 2. a truncated heap regrown under contention --------------------------------
+
 my $work = $node->basedir . '/extension_crash';
 mkdir $work or die "mkdir $work: $!";
 my $script = "$work/insert.sql";
@@ -64,18 +131,17 @@ open(my $fh, '>', $script) or die "open $script: $!";
 print $fh "INSERT INTO ext_t VALUES (:client_id, repeat('e', 1900));\n";
 close $fh;
 
-my $init = init_lsn($node);
 my $file = $node->safe_psql('postgres', "SELECT pg_relation_filepath('ext_t')");    # kept: no rewrite below
-my $premise_met = 0;
-for my $round (1 .. 5)
+my $zero_seen = 0;
+for my $round (1 .. 2)
 {
 	# The previous backup's view: a long table, then emptied and truncated.
 	$node->safe_psql('postgres',
 		"INSERT INTO ext_t SELECT g, repeat('o', 1900) FROM generate_series(1, 2000) g");
 	$node->safe_psql('postgres', 'CHECKPOINT');
-	my $L = $node->lsn('insert');
-	my $baseline = block_counts($node->data_dir);
-	my $had = $baseline->{$file} // 0;
+	$L = $node->lsn('insert');
+	$baseline = block_counts($node->data_dir);
+	$had = $baseline->{$file} // 0;
 	$node->safe_psql('postgres', 'DELETE FROM ext_t');
 	$node->safe_psql('postgres', 'VACUUM ext_t');
 	my $cut = $node->safe_psql('postgres', "SELECT pg_relation_size('ext_t') / 8192");
@@ -83,8 +149,7 @@ for my $round (1 .. 5)
 	$baseline->{$file} = $cut;
 	$node->safe_psql('postgres', 'CHECKPOINT');    # the map and the sizes are saved here
 
-	# Regrowth under contention, cut off by a crash before any checkpoint:
-	# the extension just before it has pages that no tuple reached yet.
+	# Regrowth under contention, cut off by the crash.
 	my ($out, $err) = ('', '');
 	my $run = IPC::Run::start(
 		[ 'pgbench', '-n', '-c', '8', '-j', '2', '-T', '60', '-f', $script, $node->connstr('postgres') ],
@@ -97,133 +162,109 @@ for my $round (1 .. 5)
 		last if $grown >= $cut + 200;
 		select(undef, undef, undef, 0.1);
 	}
-	note "round $round: ext_t had $had blocks at L $L, $cut after VACUUM, $grown when the server is stopped";
+	note "heap round $round: ext_t had $had blocks at L $L, $cut after VACUUM, $grown when the server is stopped";
 	my $off = log_position($node);
 	$node->stop('immediate');
 	$run->kill_kill;
 	eval { $run->finish };
 	$node->start;
-
-	my $log = log_since($node, $off);
-	like($log, qr/database system was interrupted/, "round $round: the server went through crash recovery");
-	unlike($log, not_trusted_re(), "round $round: the map is trusted after the crash")
-	  or diag(join("\n", grep { /ptrack/ } split /\n/, $log));
-	is(init_lsn($node), $init, "round $round: ptrack_init_lsn() is unchanged");
-	like($log, qr/LOG:  ptrack marked \d+ blocks that relation files gained since the map was saved/,
-		"round $round: the startup looked at the files' growth since the save")
-	  if $mode eq 'hooks';
-
-	# Before any checkpoint: the checkpointer's first save after the restart
-	# would find the growth again (it compares with the same sizes).
-	my %stats;
-	my @misses = missed_blocks($node, $L, baseline => $baseline, stats => \%stats);
-	is(scalar @misses, 0, "round $round: every block changed or added since $L is listed")
+	$log = log_since($node, $off);
+	unlike($log, not_trusted_re(), "heap round $round: the map is trusted after the crash");
+	is(init_lsn($node), $init, "heap round $round: ptrack_init_lsn() is unchanged");
+	@misses = missed_blocks($node, $L, baseline => $baseline);
+	is(scalar @misses, 0, "heap round $round: every block changed or added since $L is listed")
 	  or diag(show_misses(@misses));
-
-	# Replay wrote the pages that got tuples; the zero pages stay as they were.
 	$node->safe_psql('postgres', 'CHECKPOINT');
-	my @lsns = page_lsns($node->data_dir, $file);
-	my @zero = grep { $_ >= $cut && $lsns[$_] == 0 } 0 .. $#lsns;
-	note "round $round: ext_t has " . scalar(@lsns) . ' blocks, ' . scalar(@zero)
-	  . " of them past block $cut never WAL-logged (first: @zero[0 .. ($#zero < 4 ? $#zero : 4)])";
-	if (@zero)
-	{
-		$premise_met = 1;
-		last;
-	}
+	@zero = zero_pages($node, $file, $cut);
+	$zero_seen += @zero;
+	note "heap round $round: past block $cut, " . scalar(@zero) . ' pages with no WAL: ' . first_few(@zero);
 }
-ok($premise_met, 'the inserters left zero pages with no WAL past the truncated end of ext_t (the case tested)');
+note "heap rounds: $zero_seen zero pages left by bulk extension in all (contention varies; case 1 is the deterministic one)";
 
-# ---- a standby: pages replay added, then a crash ----------------------------------
-#
-# A standby gets no bulk extension, but replay adds zero pages to fill a file
-# up to a block a record names (XLogReadBufferExtended()), and a primary's
-# bulk extension hands its pages out in no particular order, so a record may
-# name a page past the standby's end.  After a crash, replay starts at the
-# last restartpoint: the file is long already, nothing is extended again and
-# no record names the fill pages.  A standby has no end-of-recovery
-# checkpoint, whose save would look at the files; so the oracle runs on the
-# standby right after it is started again, before any restartpoint.
+# ---- 3. a standby: pages replay added, then a crash ------------------------------
 
 my $primary = ext_node('ext_primary', allows_streaming => 1);
+$primary->safe_psql('postgres',
+	'CREATE TABLE hx (id int); CREATE INDEX hx_idx ON hx USING hash (id);'
+	  . 'INSERT INTO hx SELECT g FROM generate_series(1, 20000) g;');
 $primary->backup('for_standby');
 my $standby = PostgreSQL::Test::Cluster->new('ext_standby');
 $standby->init_from_backup($primary, 'for_standby', has_streaming => 1);
 $standby->append_conf('postgresql.conf', "checkpoint_timeout = 1h\nmax_wal_size = 1GB\n");
 $standby->start;
-$primary->wait_for_catchup($standby);
-my $sb_init = init_lsn($standby);
-my $sb_file = $primary->safe_psql('postgres', "SELECT pg_relation_filepath('ext_t')");
-$premise_met = 0;
-for my $round (1 .. 5)
+# A restartpoint (the map and the sizes saved) needs a checkpoint record to restart from.
+sub restartpoint
 {
-	$primary->safe_psql('postgres',
-		"INSERT INTO ext_t SELECT g, repeat('o', 1900) FROM generate_series(1, 2000) g");
-	$primary->safe_psql('postgres', 'CHECKPOINT');    # a standby restartpoint needs a checkpoint record
-	$primary->wait_for_catchup($standby);
-	$standby->safe_psql('postgres', 'CHECKPOINT');
-	my $L = $standby->safe_psql('postgres', 'SELECT redo_lsn FROM pg_control_checkpoint()');
-	my $baseline = block_counts($standby->data_dir);
-	$primary->safe_psql('postgres', 'DELETE FROM ext_t');
-	$primary->safe_psql('postgres', 'VACUUM ext_t');
-	$primary->wait_for_catchup($standby);
-	my $cut = $standby->safe_psql('postgres', "SELECT pg_relation_size('ext_t') / 8192");
-	$baseline->{$sb_file} = $cut;
 	$primary->safe_psql('postgres', 'CHECKPOINT');
 	$primary->wait_for_catchup($standby);
-	$standby->safe_psql('postgres', 'CHECKPOINT');    # a restartpoint: the map and the sizes are saved
-
-	$primary->command_ok(
-		[ 'pgbench', '-n', '-c', '8', '-j', '2', '-T', '3', '-f', $script, 'postgres' ],
-		"standby round $round: eight inserters regrow ext_t on the primary");
-	$primary->wait_for_catchup($standby);
-	my $off = log_position($standby);
-	$standby->stop('immediate');
-	$standby->start;
-	$primary->wait_for_catchup($standby);
-
-	my $log = log_since($standby, $off);
-	unlike($log, not_trusted_re(), "standby round $round: the map is trusted after the crash")
-	  or diag(join("\n", grep { /ptrack/ } split /\n/, $log));
-	is(init_lsn($standby), $sb_init, "standby round $round: ptrack_init_lsn() is unchanged");
-	my @misses = missed_blocks($standby, $L, baseline => $baseline);
-	is(scalar @misses, 0, "standby round $round: every block changed or added since $L is listed")
-	  or diag(show_misses(@misses));
-
-	$primary->safe_psql('postgres', 'CHECKPOINT');    # then a restartpoint writes what replay changed
-	$primary->wait_for_catchup($standby);
 	$standby->safe_psql('postgres', 'CHECKPOINT');
-	my @lsns = page_lsns($standby->data_dir, $sb_file);
-	my @zero = grep { $_ >= $cut && $lsns[$_] == 0 } 0 .. $#lsns;
-	note "standby round $round: ext_t has " . scalar(@lsns) . " blocks on the standby (cut to $cut after L $L), "
-	  . scalar(@zero) . " never WAL-logged (first: @zero[0 .. ($#zero < 4 ? $#zero : 4)])";
-	if (@zero)
-	{
-		$premise_met = 1;
-		last;
-	}
 }
-ok($premise_met, 'replay left zero fill pages on the standby past the truncated end of ext_t (the case tested)');
+restartpoint();
+my $sb_init = init_lsn($standby);
+$L = $standby->safe_psql('postgres', 'SELECT redo_lsn FROM pg_control_checkpoint()');
+$baseline = block_counts($standby->data_dir);
+$hx_idx = $primary->safe_psql('postgres', "SELECT pg_relation_filepath('hx_idx')");
+$had = $baseline->{$hx_idx};
+$primary->safe_psql('postgres', 'INSERT INTO hx SELECT g FROM generate_series(1, 30000) g');
+$primary->wait_for_catchup($standby);
+$log = crash_restart($standby, 'standby', $sb_init);
+$primary->wait_for_catchup($standby);
+@misses = missed_blocks($standby, $L, baseline => $baseline);
+is(scalar @misses, 0, "standby: every block changed or added since $L is listed")
+  or diag(show_misses(@misses));
+restartpoint();
+@zero = zero_pages($standby, $hx_idx, $had);
+cmp_ok(scalar @zero, '>', 0,
+	"standby: $hx_idx had $had blocks at L; past them, fill pages with no WAL (the case tested): " . first_few(@zero));
 $standby->stop;
 $primary->stop;
 
-# ---- hooks: a crashed map without its sizes is not trusted ----------------------
+# ---- 4. an unreadable directory under base/ -------------------------------------
+#
+# The size walk looks into every database directory.  One it cannot read
+# must not stop checkpoints (a checkpoint that fails is retried forever,
+# and pg_wal grows): the save is skipped with a WARNING that says why, and
+# the next one, once the directory is readable, works.  (A crash then is
+# not tested: PostgreSQL's own crash recovery stops at such a directory.)
+
+my $stray = $node->data_dir . '/base/4000000000';
+mkdir $stray or die "mkdir $stray: $!";
+chmod 0, $stray;
+my $off = log_position($node);
+my ($ret, $out, $err) = $node->psql('postgres', 'CHECKPOINT');
+is($ret, 0, 'unreadable base/4000000000: CHECKPOINT succeeds') or diag($err);
+$log = log_since($node, $off);
+if ($mode eq 'hooks')
+{
+	like($log, qr/WARNING:  ptrack could not record the relation file sizes: could not open directory "base\/4000000000": Permission denied/,
+		'unreadable base/4000000000: the checkpointer says what it could not read');
+	like($log, qr/DETAIL:  The map is not saved at this checkpoint; the previous save stays in force\./,
+		'unreadable base/4000000000: ... and what it means');
+}
+chmod 0700, $stray;
+rmdir $stray or die "rmdir $stray: $!";
+$off = log_position($node);
+$node->safe_psql('postgres', 'CHECKPOINT');
+$log = log_since($node, $off);
+unlike($log, qr/WARNING/, 'readable again: the next CHECKPOINT saves without a WARNING');
+
+# ---- 5. hooks: a crashed map without its sizes is not trusted -------------------
 
 if ($mode eq 'hooks')
 {
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	$node->safe_psql('postgres', "INSERT INTO ext_t SELECT g, 'x' FROM generate_series(1, 1000) g");
-	my $off = log_position($node);
+	$off = log_position($node);
 	$node->stop('immediate');
 	unlink($node->data_dir . "/$_") for qw(ptrack.sizes ptrack.sizes.new);
 	$node->start;
-	my $log = log_since($node, $off);
+	$log = log_since($node, $off);
 	like($log, qr/WARNING:  ptrack map file "ptrack.map" is not trusted because the relation file sizes saved with it \(ptrack.sizes\) are missing or damaged/,
 		'crash without ptrack.sizes: the map is refused, and the log says why');
 	my $fresh = init_lsn($node);
 	cmp_ok(PtrackOracle::lsn_to_int($fresh), '>', PtrackOracle::lsn_to_int($init),
 		"crash without ptrack.sizes: ptrack_init_lsn() moved forward ($init -> $fresh)");
-	my ($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('$init')");
+	($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('$init')");
 	isnt($ret, 0, 'crash without ptrack.sizes: a pagemapset from before the crash is refused')
 	  and like($err, qr/ptrack/, 'crash without ptrack.sizes: the error is ptrack\'s') ;
 }

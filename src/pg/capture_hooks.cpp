@@ -113,38 +113,6 @@ void ptrack_copydir(const char* path)
     capture_relation_files(path);
 }
 
-/*
- * The relation file sizes saved with each map (file_growth.h), in the
- * checkpointer: a block added after a save is found after a crash by its
- * file being longer than the size saved with that map (docs/design.md
- * section 4.8).  The table is made at this process's first save, from the
- * sizes saved with the loaded map if they are there.  Each walk marks the
- * growth the hooks have not marked since the previous walk began (a block
- * the file showed before its extension's mark was made); the LSN read before
- * the walk is where the next one looks from.
- */
-bool sizes_ready = false;
-Lsn walk_began_at = 0;
-
-/* Walks the data directory and writes ptrack.sizes.new for a save covered up to `covered`; false on failure. */
-bool prepare_sizes(Lsn covered)
-{
-    bool baseline = false;
-    if (!sizes_ready) {
-        growth_create();
-        sizes_ready = true;
-        const Lsn loaded = shared->loaded_covered_lsn;
-        if (loaded != 0 && growth_load(loaded))
-            walk_began_at = loaded; /* marks made since the loaded map's save are >= it */
-        else
-            baseline = true; /* a fresh map: the hooks have marked every extension since it began */
-    }
-    const Lsn began = current_mark_lsn();
-    (void) growth_walk(baseline, walk_began_at);
-    walk_began_at = began;
-    return growth_prepare_save(covered);
-}
-
 /* Not on the per-block write path: once per fork synced by a bulk writer, before it commits. */
 void ptrack_mdimmedsync(RelFileNodeBackend rnode, ForkNumber forknum, BlockNumber nblocks)
 {
@@ -169,7 +137,7 @@ void ptrack_process_sync_requests()
     if (server_hooks.mdimmedsync != nullptr)
         bypass_journal_rotate();
     /* The sizes before the map: a saved map is never ahead of them (file_growth.h). */
-    if (!prepare_sizes(GetRedoRecPtr())) {
+    if (!growth_prepare_hooks_save(GetRedoRecPtr(), shared->loaded_covered_lsn)) {
         save_stats_record_failure();
         return;
     }

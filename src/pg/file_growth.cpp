@@ -21,6 +21,7 @@ extern "C" {
 #include "access/xlogrecovery.h"
 #include "miscadmin.h"
 #include "storage/fd.h"
+#include "utils/elog.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 }
@@ -201,6 +202,31 @@ uint64_t mark_growth(WalkState walk, Map* target, Lsn lsn, Lsn skip_marked_since
     return marked;
 }
 
+/* Drops the table (the next growth_create() makes a new one). */
+void forget_table()
+{
+    if (sizes != nullptr)
+        hash_destroy(sizes);
+    sizes = nullptr;
+    last_entry = nullptr;
+}
+
+/*
+ * In a PG_CATCH() block: the message of the ERROR caught, copied into this
+ * process's buffer (valid until the next call); the error state is flushed
+ * and `cxt` made current again.  A C-style frame.
+ */
+const char* caught_error_message(MemoryContext cxt)
+{
+    static char text[192];
+    MemoryContextSwitchTo(cxt);
+    ErrorData* edata = CopyErrorData();
+    FlushErrorState();
+    strlcpy(text, edata->message != NULL ? edata->message : "no message", sizeof(text));
+    FreeErrorData(edata);
+    return text;
+}
+
 }  // namespace
 
 void growth_create()
@@ -237,17 +263,67 @@ Lsn growth_walk(bool baseline, Lsn skip_marked_since)
     return lsn;
 }
 
-bool growth_mark_since_save(Lsn covered, Lsn lsn, Map* target, uint64_t* blocks)
+const char* growth_mark_since_save(Lsn covered, Lsn lsn, Map* target, uint64_t* blocks)
 {
-    growth_create();
-    const bool found = growth_load(covered);
+    static char text[256];
+    const char* volatile result = nullptr;
     *blocks = 0;
-    if (found)
-        *blocks = mark_growth(walk_files(false), target, lsn, 0);
-    hash_destroy(sizes);
-    sizes = nullptr;
-    last_entry = nullptr;
-    return found;
+    const MemoryContext cxt = CurrentMemoryContext;
+    growth_create();
+    PG_TRY();
+    {
+        if (!growth_load(covered))
+            result = "the relation file sizes saved with it (ptrack.sizes) are missing or damaged";
+        else
+            *blocks = mark_growth(walk_files(false), target, lsn, 0);
+    }
+    PG_CATCH();
+    {
+        snprintf(text, sizeof(text), "the relation files could not be looked at: %s", caught_error_message(cxt));
+        result = text;
+    }
+    PG_END_TRY();
+    forget_table();
+    return result;
+}
+
+bool growth_prepare_hooks_save(Lsn covered, Lsn loaded_covered)
+{
+    /* The checkpointer's state, kept between its saves. */
+    static bool ready = false;
+    static Lsn walk_began_at = 0; /* marks made since the previous walk began are >= it */
+    volatile bool ok = false;
+    const MemoryContext cxt = CurrentMemoryContext;
+    PG_TRY();
+    {
+        bool baseline = false;
+        if (!ready) {
+            growth_create();
+            ready = true;
+            if (loaded_covered != 0 && growth_load(loaded_covered))
+                walk_began_at = loaded_covered;
+            else
+                baseline = true; /* a fresh map: the hooks have marked every extension since it began */
+        }
+        const Lsn began = current_mark_lsn();
+        (void) growth_walk(baseline, walk_began_at);
+        walk_began_at = began;
+        ok = growth_prepare_save(covered);
+    }
+    PG_CATCH();
+    {
+        /* The message first: ereport() must not run while the caught error is still on the stack. */
+        const char* message = caught_error_message(cxt);
+        ereport(WARNING, (errmsg("ptrack could not record the relation file sizes: %s", message),
+                          errdetail("The map is not saved at this checkpoint; the previous save stays in force."),
+                          errhint("Make every directory under base/, global/ and pg_tblspc/ readable by the "
+                                  "server's user.")));
+        /* The walk stopped half way: start over from a baseline at the next save. */
+        forget_table();
+        ready = false;
+    }
+    PG_END_TRY();
+    return ok;
 }
 
 void growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn lsn)
@@ -346,9 +422,7 @@ bool growth_save_before_recovery(Lsn redo)
     const bool ok = growth_prepare_save(redo);
     if (ok)
         growth_commit_save();
-    hash_destroy(sizes);
-    sizes = nullptr;
-    last_entry = nullptr;
+    forget_table();
     return ok;
 }
 

@@ -73,11 +73,27 @@ Lsn growth_walk(bool baseline, Lsn skip_marked_since = 0);
  * (map_load.cpp): loads the sizes saved with the map whose covered LSN is
  * `covered`, looks at every relation file and marks in `map`, at `lsn`, the
  * blocks each file gained since (every block of a file the sizes do not
- * name); *blocks counts them.  False, with nothing marked, if no sizes file
- * matches `covered`.  Leaves no table behind.  Raises an ERROR if the data
- * directory cannot be read.
+ * name); *blocks counts them.  nullptr, or why it could not (no sizes file
+ * matches `covered`, or the data directory could not be read: that ERROR is
+ * caught and its message returned), with nothing marked then.  Leaves no
+ * table behind.  Valid until the next call.
  */
-bool growth_mark_since_save(Lsn covered, Lsn lsn, Map* map, uint64_t* blocks);
+const char* growth_mark_since_save(Lsn covered, Lsn lsn, Map* map, uint64_t* blocks);
+
+/*
+ * The hooks source, in the checkpointer before each map save
+ * (capture_hooks.cpp): walks the data directory and writes
+ * ptrack.sizes.new for a save complete up to `covered`.  The first call
+ * takes the sizes saved with the map loaded at startup (covered LSN
+ * `loaded_covered`, 0 for a fresh map) as the previous walk if they are
+ * there, else records a baseline.  Each walk marks the growth the map does
+ * not show marked since the previous walk began: the hooks mark a block
+ * after mdextend() wrote it, so a walk can see a block whose mark is still
+ * to come (docs/design.md section 4.8).  False on failure, WARNING logged (a
+ * file that cannot be written, a directory that cannot be read: the ERROR
+ * is caught, so the checkpoint goes on; the table starts over).
+ */
+bool growth_prepare_hooks_save(Lsn covered, Lsn loaded_covered);
 
 /*
  * A WAL record ending at `lsn` references `block` of `rel`: the file had at

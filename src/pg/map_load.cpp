@@ -423,9 +423,11 @@ const char* rescan_loaded_map(const ControlFileData* control, const MapFileHeade
      * crash may need listed: its start LSN is at most the WAL flushed then.
      */
     uint64_t blocks = 0;
-    if (!growth_mark_since_save(header.covered_lsn, scan.end, map, &blocks))
-        return "the relation file sizes saved with it (ptrack.sizes) are missing or damaged, so the blocks "
-               "relation files gained without WAL since it was saved cannot be found";
+    if (const char* why_not = growth_mark_since_save(header.covered_lsn, scan.end, map, &blocks)) {
+        snprintf(text, sizeof(text), "%s, so the blocks relation files gained without WAL since it was saved "
+                 "cannot be found", why_not);
+        return text;
+    }
     ereport(LOG, (errmsg("ptrack marked %llu blocks that relation files gained since the map was saved",
                          static_cast<unsigned long long>(blocks)),
                   errdetail("Relation extension writes pages with no WAL record until they are used; a "
