@@ -32,6 +32,9 @@
 #      names (XLogReadBufferExtended()): the hash index of case 1 grown on
 #      the primary; a standby has no end-of-recovery checkpoint, whose save
 #      would look at the files, so only the startup's size walk finds them;
+#      then the same after a clean shutdown of the standby that saved
+#      nothing (no checkpoint record replayed since its last restartpoint,
+#      so no shutdown restartpoint);
 #   4. a database directory the walk cannot read: checkpoints go on (a
 #      WARNING says why the save was skipped);
 #   5. (hooks) after a crash, a map whose sizes file is gone is refused,
@@ -216,6 +219,31 @@ restartpoint();
 @zero = zero_pages($standby, $hx_idx, $had);
 cmp_ok(scalar @zero, '>', 0,
 	"standby: $hx_idx had $had blocks at L; past them, fill pages with no WAL (the case tested): " . first_few(@zero));
+
+# A standby's clean shutdown saves nothing when no checkpoint record was
+# replayed since its last restartpoint (the shutdown restartpoint is
+# skipped): the startup must look at the files as after a crash.
+$L = $standby->safe_psql('postgres', 'SELECT redo_lsn FROM pg_control_checkpoint()');
+$baseline = block_counts($standby->data_dir);
+$had = $baseline->{$hx_idx};
+$primary->safe_psql('postgres', 'INSERT INTO hx SELECT g FROM generate_series(1, 50000) g');
+$primary->wait_for_catchup($standby);
+my $off = log_position($standby);
+$standby->stop;
+$standby->start;
+$log = log_since($standby, $off);
+# (The WAL follower saves when it stops: this is the hooks' case.)
+unlike($log, qr/ptrack map flush/, 'standby shut down: no restartpoint, no save at shutdown (the case tested)')
+  if $mode eq 'hooks';
+unlike($log, not_trusted_re(), 'standby shut down: the map is trusted');
+$primary->wait_for_catchup($standby);
+@misses = missed_blocks($standby, $L, baseline => $baseline);
+is(scalar @misses, 0, "standby shut down: every block changed or added since $L is listed")
+  or diag(show_misses(@misses));
+restartpoint();
+@zero = zero_pages($standby, $hx_idx, $had);
+cmp_ok(scalar @zero, '>', 0,
+	"standby shut down: $hx_idx had $had blocks at L; past them, fill pages with no WAL: " . first_few(@zero));
 $standby->stop;
 $primary->stop;
 
@@ -230,7 +258,7 @@ $primary->stop;
 my $stray = $node->data_dir . '/base/4000000000';
 mkdir $stray or die "mkdir $stray: $!";
 chmod 0, $stray;
-my $off = log_position($node);
+$off = log_position($node);
 my ($ret, $out, $err) = $node->psql('postgres', 'CHECKPOINT');
 is($ret, 0, 'unreadable base/4000000000: CHECKPOINT succeeds') or diag($err);
 $log = log_since($node, $off);

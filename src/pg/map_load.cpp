@@ -415,8 +415,14 @@ const char* rescan_loaded_map(const ControlFileData* control, const MapFileHeade
         return text;
     }
     log_startup_scan(scan, "after the map's covered LSN");
-    /* After a clean shutdown the map was saved once every backend had exited: no block was added since. */
-    if (control->state == DB_SHUTDOWNED || control->state == DB_SHUTDOWNED_IN_RECOVERY)
+    /*
+     * After a primary's clean shutdown the map was saved once every backend
+     * had exited: no block was added since.  Not so on a standby: its
+     * shutdown restartpoint is skipped when no checkpoint record was replayed
+     * since the last one, and nothing is saved then, while replay may have
+     * added blocks (found by the new-user tryout).
+     */
+    if (control->state == DB_SHUTDOWNED)
         return nullptr;
     /*
      * The end of the valid WAL bounds every change a backup taken before the
