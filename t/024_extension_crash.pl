@@ -287,14 +287,36 @@ if ($mode eq 'hooks')
 	unlink($node->data_dir . "/$_") for qw(ptrack.sizes ptrack.sizes.new);
 	$node->start;
 	$log = log_since($node, $off);
-	like($log, qr/WARNING:  ptrack map file "ptrack.map" is not trusted because the relation file sizes saved with it \(ptrack.sizes\) are missing or damaged/,
+	like($log, qr/WARNING:  ptrack map file "ptrack.map" is not trusted because no relation file sizes were saved with it \("ptrack.sizes": not found; "ptrack.sizes.new": not found\)/,
 		'crash without ptrack.sizes: the map is refused, and the log says why');
+	my $status = $node->safe_psql('postgres', 'SELECT restarts, last_restart_reason FROM ptrack_status()');
+	like($status, qr/^1\|the map file was not trusted at startup because no relation file sizes were saved with it/,
+		'crash without ptrack.sizes: ptrack_status() counts it as a restart, with the reason')
+	  or diag("ptrack_status: $status");
 	my $fresh = init_lsn($node);
 	cmp_ok(PtrackOracle::lsn_to_int($fresh), '>', PtrackOracle::lsn_to_int($init),
 		"crash without ptrack.sizes: ptrack_init_lsn() moved forward ($init -> $fresh)");
 	($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('$init')");
-	isnt($ret, 0, 'crash without ptrack.sizes: a pagemapset from before the crash is refused')
-	  and like($err, qr/ptrack/, 'crash without ptrack.sizes: the error is ptrack\'s') ;
+	isnt($ret, 0, 'crash without ptrack.sizes: a pagemapset from before the crash is refused');
+	like($err, qr/older than ptrack_init_lsn/, 'crash without ptrack.sizes: the error says why') or diag($err);
+
+	# A damaged one: a byte of its first entry flipped.
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	$node->safe_psql('postgres', "INSERT INTO ext_t SELECT g, 'x' FROM generate_series(1, 1000) g");
+	$off = log_position($node);
+	$node->stop('immediate');
+	my $sizes = $node->data_dir . '/ptrack.sizes';
+	unlink("$sizes.new");
+	open(my $fh, '+<:raw', $sizes) or die "open $sizes: $!";
+	sysseek($fh, 70, 0) or die "seek $sizes: $!";
+	sysread($fh, my $byte, 1) == 1 or die "read $sizes: $!";
+	sysseek($fh, 70, 0) or die "seek $sizes: $!";
+	syswrite($fh, chr(ord($byte) ^ 0xFF)) == 1 or die "write $sizes: $!";
+	close($fh);
+	$node->start;
+	$log = log_since($node, $off);
+	like($log, qr/not trusted because no relation file sizes were saved with it \("ptrack.sizes": its entries fail their checksum; "ptrack.sizes.new": not found\)/,
+		'crash with a damaged ptrack.sizes: the map is refused, and the log names the damage');
 }
 
 $node->stop;

@@ -287,8 +287,9 @@ void establish_start()
     if (init != 0 && covered != 0) {
         Lsn start = covered;
         const char* problem = resume_point(covered, shared->loaded_timeline, &start);
-        if (problem == nullptr && !growth_load(covered))
-            problem = "the relation file sizes saved with the map (ptrack.sizes) are missing or damaged";
+        char why[160];
+        if (problem == nullptr && !growth_load(covered, why, sizeof(why)))
+            problem = reason("no relation file sizes were saved with the map (%s)", why);
         if (problem == nullptr) {
             if (restart == InvalidXLogRecPtr)
                 (void) reserve_wal(); /* keep what is left; reading tells whether the WAL from `start` is there */

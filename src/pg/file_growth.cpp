@@ -127,37 +127,61 @@ void forget_unseen()
             (void) hash_search(sizes, &entry->key, HASH_REMOVE, NULL);
 }
 
-/* Reads `name` into the table if it is intact, of this cluster, and saved for `covered`. */
-bool load_file(const char* name, Lsn covered)
+/*
+ * Reads `name` into the table if it is intact, of this cluster, and saved
+ * for `covered`; else leaves the table alone and says why in `why` (a
+ * phrase such as "not found", `why_len` bytes).
+ */
+bool load_file(const char* name, Lsn covered, char* why, size_t why_len)
 {
     const int fd = OpenTransientFile(name, O_RDONLY | PG_BINARY);
-    if (fd < 0)
+    if (fd < 0) {
+        if (errno == ENOENT)
+            snprintf(why, why_len, "not found");
+        else
+            snprintf(why, why_len, "could not be opened: %s", strerror(errno));
         return false;
+    }
     uint8_t header[kSizesHeaderBytes];
-    bool ok = read_at(fd, header, sizeof(header), 0) && memcmp(header, kSizesMagic, 8) == 0;
+    const char* problem = nullptr;
     uint32_t stored_crc = 0;
-    if (ok)
-        memcpy(&stored_crc, header + 60, 4);
-    ok = ok && stored_crc == crc32c(header, 60);
+    if (!read_at(fd, header, sizeof(header), 0))
+        problem = "too short or unreadable";
+    else if (memcmp(header, kSizesMagic, 8) != 0)
+        problem = "not a ptrack sizes file";
+    else if (memcpy(&stored_crc, header + 60, 4), stored_crc != crc32c(header, 60))
+        problem = "its header fails its checksum";
     uint32_t version = 0, entries_crc = 0;
     uint64_t system_identifier = 0, file_covered = 0, count = 0;
-    if (ok) {
+    if (problem == nullptr) {
         memcpy(&version, header + 8, 4);
         memcpy(&system_identifier, header + 16, 8);
         memcpy(&file_covered, header + 24, 8);
         memcpy(&count, header + 32, 8);
         memcpy(&entries_crc, header + 40, 4);
-        ok = version == kSizesVersion && system_identifier == GetSystemIdentifier() && file_covered == covered &&
-             count < (uint64_t{1} << 32);
+        if (version != kSizesVersion)
+            problem = "of another format version";
+        else if (system_identifier != GetSystemIdentifier())
+            problem = "of another cluster";
+        else if (count >= (uint64_t{1} << 32))
+            problem = "damaged (entry count)";
+        else if (file_covered != covered) {
+            snprintf(why, why_len, "saved with the map complete up to %X/%X, not %X/%X",
+                     PTRACK_LSN_ARGS(file_covered), PTRACK_LSN_ARGS(covered));
+            CloseTransientFile(fd);
+            return false;
+        }
     }
     SizeRecord* records = nullptr;
-    if (ok) {
+    if (problem == nullptr) {
         records = static_cast<SizeRecord*>(palloc(Max(count, uint64_t{1}) * sizeof(SizeRecord)));
-        ok = read_at(fd, records, count * sizeof(SizeRecord), kSizesHeaderBytes) &&
-             crc32c(records, count * sizeof(SizeRecord)) == entries_crc;
+        if (!read_at(fd, records, count * sizeof(SizeRecord), kSizesHeaderBytes))
+            problem = "too short for its entries";
+        else if (crc32c(records, count * sizeof(SizeRecord)) != entries_crc)
+            problem = "its entries fail their checksum";
     }
     CloseTransientFile(fd);
-    if (ok) {
+    if (problem == nullptr) {
         growth_reset();
         for (uint64_t i = 0; i < count; ++i) {
             const SizeRecord& r = records[i];
@@ -167,10 +191,12 @@ bool load_file(const char* name, Lsn covered)
             entry->nblocks = r.nblocks;
             entry->seen_in = walk_number;
         }
+    } else {
+        snprintf(why, why_len, "%s", problem);
     }
     if (records != nullptr)
         pfree(records);
-    return ok;
+    return problem == nullptr;
 }
 
 /* One stat() per relation file: updates the table, and collects growth unless `baseline`. */
@@ -248,9 +274,15 @@ void growth_reset()
         (void) hash_search(sizes, &entry->key, HASH_REMOVE, NULL);
 }
 
-bool growth_load(Lsn covered)
+bool growth_load(Lsn covered, char* why, size_t why_len)
 {
-    return load_file(kSizesNewFileName, covered) || load_file(kSizesFileName, covered);
+    char why_new[128], why_old[128];
+    if (load_file(kSizesNewFileName, covered, why_new, sizeof(why_new)) ||
+        load_file(kSizesFileName, covered, why_old, sizeof(why_old)))
+        return true;
+    if (why != nullptr)
+        snprintf(why, why_len, "\"%s\": %s; \"%s\": %s", kSizesFileName, why_old, kSizesNewFileName, why_new);
+    return false;
 }
 
 Lsn growth_walk(bool baseline, Lsn skip_marked_since)
@@ -265,15 +297,18 @@ Lsn growth_walk(bool baseline, Lsn skip_marked_since)
 
 const char* growth_mark_since_save(Lsn covered, Lsn lsn, Map* target, uint64_t* blocks)
 {
-    static char text[256];
+    static char text[320];
     const char* volatile result = nullptr;
     *blocks = 0;
     const MemoryContext cxt = CurrentMemoryContext;
     growth_create();
     PG_TRY();
     {
-        if (!growth_load(covered))
-            result = "the relation file sizes saved with it (ptrack.sizes) are missing or damaged";
+        char why[160];
+        if (!growth_load(covered, why, sizeof(why))) {
+            snprintf(text, sizeof(text), "no relation file sizes were saved with it (%s)", why);
+            result = text;
+        }
         else
             *blocks = mark_growth(walk_files(false), target, lsn, 0);
     }
@@ -410,7 +445,18 @@ bool growth_prepare_save(Lsn covered)
 
 void growth_commit_save()
 {
-    (void) rename_for_save(kSizesNewFileName, kSizesFileName, "relation file sizes");
+    if (durable_rename(kSizesNewFileName, kSizesFileName, DEBUG1) == 0)
+        return;
+    /* The map is saved and ptrack.sizes.new matches it: what is at stake is the next save. */
+    save_stats_record_failure();
+    ereport(WARNING, (errcode_for_file_access(),
+                      errmsg("ptrack could not rename \"%s\" to \"%s\": %m", kSizesNewFileName, kSizesFileName),
+                      errdetail("The map saved now goes with \"%s\". A crash during a later save, before this "
+                                "rename succeeds, makes ptrack refuse the map, and the next backup must be full.",
+                                kSizesNewFileName),
+                      errhint("Make \"%s\" in the data directory a regular file writable by the server's user, "
+                              "or remove it; the next save retries.",
+                              kSizesFileName)));
 }
 
 bool growth_save_before_recovery(Lsn redo)

@@ -53,9 +53,10 @@ void growth_reset();
 
 /*
  * Loads the sizes saved with the map whose covered LSN is `covered`; false
- * (table empty) if neither ptrack.sizes.new nor ptrack.sizes matches.
+ * (table unchanged) if neither ptrack.sizes.new nor ptrack.sizes matches,
+ * with why each does not in `why` if given (`why_len` bytes).
  */
-bool growth_load(Lsn covered);
+bool growth_load(Lsn covered, char* why = nullptr, size_t why_len = 0);
 
 /*
  * Looks at every relation file: with `baseline`, records sizes only;

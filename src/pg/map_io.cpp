@@ -124,8 +124,8 @@ void warn_save_failed(const char* what, const char* action, const char* file)
                            "If the server stops or crashes before a later checkpoint saves the map, ptrack will "
                            "not trust the map at the next start and the next backup must be a full backup.%s",
                            repeated),
-                 errhint("Make the data directory and ptrack's files in it (ptrack.map*) writable by the "
-                         "server's user, and free disk space; the next checkpoint retries.")));
+                 errhint("Make the data directory and ptrack's files in it (ptrack.map*, ptrack.sizes*) "
+                         "writable by the server's user, and free disk space; the next checkpoint retries.")));
 }
 
 bool rename_for_save(const char* from, const char* to, const char* what)

@@ -29,6 +29,7 @@ extern "C" {
 #include "miscadmin.h"
 #include "storage/bufpage.h"
 #include "storage/fd.h"
+#include "utils/timestamp.h"
 }
 
 #include "bypass.h"
@@ -585,6 +586,14 @@ void start_fresh(SharedState* state, Map* map, const ControlFileData* control, c
         scan_restored_backup(*control, state->presized_redo_lsn, map, state);
     state->loaded_covered_lsn = 0;
     state->loaded_timeline = 0;
+    /* A map refused is a restart of tracking: ptrack_status() counts it and says why. */
+    if (reason != nullptr) {
+        state->restart_count = 1;
+        state->last_restart.time = GetCurrentTimestamp();
+        state->last_restart.lsn = state->init_lsn;
+        snprintf(state->last_restart.reason, sizeof(state->last_restart.reason),
+                 "the map file was not trusted at startup because %s", reason);
+    }
     /* Never let a rejected file be read again, e.g. after a crash before the next flush. */
     remove_file_if_exists(kMapDeltaFileName, DEBUG1);
     if (remove_rejected)
