@@ -100,6 +100,23 @@ sub zero_pages
 
 sub first_few { my @z = @_; return join(' ', @z[ 0 .. ($#z < 4 ? $#z : 4) ]); }
 
+# The checks after a crash or restart of $n: the oracle from $L (before any
+# checkpoint), then $write_out->() (a checkpoint or restartpoint that writes
+# what replay changed), then the premise: $file, $had blocks long at L, has
+# pages with no WAL past them.
+sub listed_and_premise
+{
+	my ($n, $label, $L, $baseline, $file, $write_out) = @_;
+	my @misses = missed_blocks($n, $L, baseline => $baseline);
+	is(scalar @misses, 0, "$label: every block changed or added since $L is listed")
+	  or diag(show_misses(@misses));
+	$write_out->();
+	my $had = $baseline->{$file};
+	my @zero = zero_pages($n, $file, $had);
+	cmp_ok(scalar @zero, '>', 0,
+		"$label: $file had $had blocks at L; past them, pages with no WAL (the case tested): " . first_few(@zero));
+}
+
 # ---- 1. a hash index grown across a split point -------------------------------
 
 $node->safe_psql('postgres',
@@ -109,20 +126,13 @@ $node->safe_psql('postgres', 'CHECKPOINT');    # the map and the sizes are saved
 my $L = $node->lsn('insert');
 my $baseline = block_counts($node->data_dir);
 my $hx_idx = $node->safe_psql('postgres', "SELECT pg_relation_filepath('hx_idx')");
-my $had = $baseline->{$hx_idx};
 $node->safe_psql('postgres', 'INSERT INTO hx SELECT g FROM generate_series(1, 30000) g');
 my $log = crash_restart($node, 'hash index', $init);
 like($log, qr/database system was interrupted/, 'hash index: the server went through crash recovery');
 like($log, qr/LOG:  ptrack marked [1-9]\d* blocks that relation files gained since the map was saved/,
 	'hash index: the startup marked what the files gained since the save')
   if $mode eq 'hooks';
-my @misses = missed_blocks($node, $L, baseline => $baseline);
-is(scalar @misses, 0, "hash index: every block changed or added since $L is listed")
-  or diag(show_misses(@misses));
-$node->safe_psql('postgres', 'CHECKPOINT');
-my @zero = zero_pages($node, $hx_idx, $had);
-cmp_ok(scalar @zero, '>', 0,
-	"hash index: $hx_idx had $had blocks at L; past them, pages with no WAL (the case tested): " . first_few(@zero));
+listed_and_premise($node, 'hash index', $L, $baseline, $hx_idx, sub { $node->safe_psql('postgres', 'CHECKPOINT') });
 
 # ---- 2. a truncated heap regrown under contention --------------------------------
 
@@ -144,7 +154,7 @@ for my $round (1 .. 2)
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	$L = $node->lsn('insert');
 	$baseline = block_counts($node->data_dir);
-	$had = $baseline->{$file} // 0;
+	my $had = $baseline->{$file} // 0;
 	$node->safe_psql('postgres', 'DELETE FROM ext_t');
 	$node->safe_psql('postgres', 'VACUUM ext_t');
 	my $cut = $node->safe_psql('postgres', "SELECT pg_relation_size('ext_t') / 8192");
@@ -174,11 +184,11 @@ for my $round (1 .. 2)
 	$log = log_since($node, $off);
 	unlike($log, not_trusted_re(), "heap round $round: the map is trusted after the crash");
 	is(init_lsn($node), $init, "heap round $round: ptrack_init_lsn() is unchanged");
-	@misses = missed_blocks($node, $L, baseline => $baseline);
+	my @misses = missed_blocks($node, $L, baseline => $baseline);
 	is(scalar @misses, 0, "heap round $round: every block changed or added since $L is listed")
 	  or diag(show_misses(@misses));
 	$node->safe_psql('postgres', 'CHECKPOINT');
-	@zero = zero_pages($node, $file, $cut);
+	my @zero = zero_pages($node, $file, $cut);
 	$zero_seen += @zero;
 	note "heap round $round: past block $cut, " . scalar(@zero) . ' pages with no WAL: ' . first_few(@zero);
 }
@@ -207,25 +217,17 @@ my $sb_init = init_lsn($standby);
 $L = $standby->safe_psql('postgres', 'SELECT redo_lsn FROM pg_control_checkpoint()');
 $baseline = block_counts($standby->data_dir);
 $hx_idx = $primary->safe_psql('postgres', "SELECT pg_relation_filepath('hx_idx')");
-$had = $baseline->{$hx_idx};
 $primary->safe_psql('postgres', 'INSERT INTO hx SELECT g FROM generate_series(1, 30000) g');
 $primary->wait_for_catchup($standby);
 $log = crash_restart($standby, 'standby', $sb_init);
 $primary->wait_for_catchup($standby);
-@misses = missed_blocks($standby, $L, baseline => $baseline);
-is(scalar @misses, 0, "standby: every block changed or added since $L is listed")
-  or diag(show_misses(@misses));
-restartpoint();
-@zero = zero_pages($standby, $hx_idx, $had);
-cmp_ok(scalar @zero, '>', 0,
-	"standby: $hx_idx had $had blocks at L; past them, fill pages with no WAL (the case tested): " . first_few(@zero));
+listed_and_premise($standby, 'standby', $L, $baseline, $hx_idx, \&restartpoint);
 
 # A standby's clean shutdown saves nothing when no checkpoint record was
 # replayed since its last restartpoint (the shutdown restartpoint is
 # skipped): the startup must look at the files as after a crash.
 $L = $standby->safe_psql('postgres', 'SELECT redo_lsn FROM pg_control_checkpoint()');
 $baseline = block_counts($standby->data_dir);
-$had = $baseline->{$hx_idx};
 $primary->safe_psql('postgres', 'INSERT INTO hx SELECT g FROM generate_series(1, 50000) g');
 $primary->wait_for_catchup($standby);
 my $off = log_position($standby);
@@ -237,13 +239,7 @@ unlike($log, qr/ptrack map flush/, 'standby shut down: no restartpoint, no save 
   if $mode eq 'hooks';
 unlike($log, not_trusted_re(), 'standby shut down: the map is trusted');
 $primary->wait_for_catchup($standby);
-@misses = missed_blocks($standby, $L, baseline => $baseline);
-is(scalar @misses, 0, "standby shut down: every block changed or added since $L is listed")
-  or diag(show_misses(@misses));
-restartpoint();
-@zero = zero_pages($standby, $hx_idx, $had);
-cmp_ok(scalar @zero, '>', 0,
-	"standby shut down: $hx_idx had $had blocks at L; past them, fill pages with no WAL: " . first_few(@zero));
+listed_and_premise($standby, 'standby shut down', $L, $baseline, $hx_idx, \&restartpoint);
 $standby->stop;
 $primary->stop;
 
