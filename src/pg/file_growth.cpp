@@ -304,13 +304,13 @@ const char* growth_mark_since_save(Lsn covered, Lsn lsn, Map* target, uint64_t* 
     growth_create();
     PG_TRY();
     {
-        char why[160];
-        if (!growth_load(covered, why, sizeof(why))) {
+        char why[272];
+        if (growth_load(covered, why, sizeof(why))) {
+            *blocks = mark_growth(walk_files(false), target, lsn, 0);
+        } else {
             snprintf(text, sizeof(text), "no relation file sizes were saved with it (%s)", why);
             result = text;
         }
-        else
-            *blocks = mark_growth(walk_files(false), target, lsn, 0);
     }
     PG_CATCH();
     {

@@ -408,7 +408,7 @@ const char* rescan_loaded_map(const ControlFileData* control, const MapFileHeade
 {
     if (capture_source != CaptureSourceId::kHooks)
         return nullptr;
-    static char text[384];
+    static char text[512];
     StartupScan scan;
     const char* why = scan_wal_at_startup(*control, header.covered_lsn, header.timeline, map, &scan);
     if (why != nullptr) {
