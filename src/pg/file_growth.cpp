@@ -96,6 +96,8 @@ struct WalkState {
     uint32_t capacity;
 };
 PTRACK_FRAME_SAFE(SegmentKey, SizeEntry, SizeRecord, Growth, WalkState, RelationFile);
+PTRACK_FRAME_SAFE(Map::SegmentRef);
+PTRACK_ENGINE_NOEXCEPT(&Map::segment_ref, &Map::mark_in_segment, &Map::block_changed, &hash_rel);
 
 void note_file(const RelationFile* file, void* arg)
 {
@@ -217,10 +219,12 @@ uint64_t mark_growth(WalkState walk, Map* target, Lsn lsn, Lsn skip_marked_since
     for (uint32_t i = 0; i < walk.count; ++i) {
         const Growth& g = walk.growth[i];
         const BlockNumber first = g.segno * static_cast<BlockNumber>(RELSEG_SIZE);
+        /* One hash per grown segment, not per block (the follower marked through its mark cache before). */
+        const Map::SegmentRef segment = target->segment_ref(hash_rel(g.rel), g.segno);
         for (uint32_t b = g.from; b < g.to; ++b) {
             if (skip_marked_since != 0 && target->block_changed(g.rel, first + b, skip_marked_since))
                 continue;
-            target->mark(g.rel, first + b, lsn);
+            target->mark_in_segment(segment, first + b, lsn);
             ++marked;
         }
     }
