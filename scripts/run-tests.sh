@@ -35,7 +35,11 @@ while [ $# -gt 0 ]; do
 done
 case $mode in hooks|wal|both) ;; *) echo "run-tests: --mode must be hooks, wal or both" >&2; exit 2 ;; esac
 
-STOCK_PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+# Overridable so that several work trees on one machine can each test against
+# a private copy of the servers (their `make install` would otherwise replace
+# each other's ptrack.so): PTRACK_STOCK_PG_CONFIG (a stock server's pg_config)
+# and PTRACK_PATCHED_PREFIX (a patched server's prefix, instead of building it).
+STOCK_PG_CONFIG=${PTRACK_STOCK_PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 
 need_pkgs=()
 pkgs=(libgtest-dev libipc-run-perl g++ postgresql-15 postgresql-server-dev-15 gdb)
@@ -89,7 +93,7 @@ run_mode() {
 
 status=0
 if [ "$mode" != wal ]; then
-    prefix=$(scripts/build-postgres.sh | tail -n 1)
+    prefix=${PTRACK_PATCHED_PREFIX:-$(scripts/build-postgres.sh | tail -n 1)}
     run_mode hooks "$prefix/bin/pg_config" "$@" || status=$?
     # A cluster made by Debian's pg_createcluster must start unchanged on the
     # patched server (SSL, ICU, lz4...); needs root.
