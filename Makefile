@@ -33,8 +33,13 @@ EXTENSION = ptrack
 DATA = ptrack--2.0.sql ptrack--2.0--2.1.sql ptrack--2.1--2.2.sql
 PGFILEDESC = "ptrack - block-level change tracking"
 
+# src/pg is layered by folder (docs/design.md section 6): ptrack.cpp, the
+# entry point, on top; startup/, sql/, capture/{hooks,wal}/, capture/,
+# persist/ and core/ beneath it.  Its files include each other by their path
+# under src/pg ("core/shared_state.h").
 ENGINE_SRCS = $(wildcard src/engine/*.cpp)
-PG_SRCS = $(wildcard src/pg/*.cpp)
+PG_SRCS = $(sort $(wildcard src/pg/*.cpp src/pg/*/*.cpp src/pg/*/*/*.cpp))
+PG_HDRS = $(wildcard src/pg/*.h src/pg/*/*.h src/pg/*/*/*.h)
 OBJS = $(ENGINE_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
 
 # No C++ exception may reach PostgreSQL, whose frames cannot run C++ cleanups
@@ -49,7 +54,7 @@ OBJS = $(ENGINE_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
 # block, the SQL functions: all declared PGDLLEXPORT, which PostgreSQL 15
 # leaves empty on Linux).  Hidden globals are reached without a GOT load and
 # inline functions are not called through the PLT: this is on the write path.
-PG_CPPFLAGS = -I$(CURDIR)/include '-DPGDLLEXPORT=__attribute__((visibility("default")))'
+PG_CPPFLAGS = -I$(CURDIR)/include -I$(CURDIR)/src/pg '-DPGDLLEXPORT=__attribute__((visibility("default")))'
 PG_CXXFLAGS = -std=c++17 -fno-exceptions -fno-rtti -fvisibility=hidden -fvisibility-inlines-hidden \
 	-Wall -Wextra -Wno-missing-field-initializers -Wno-register -Wno-unused-parameter
 SHLIB_LINK = -lstdc++
@@ -78,16 +83,16 @@ endif
 
 # Engine code never sees PostgreSQL (include/ptrack/engine_guard.h): its
 # objects are compiled with our include directory only, so that a PostgreSQL
-# header included there is not found, while src/pg is told it is the layer
-# allowed to mix both.
+# header included there is not found, while every file under src/pg is told
+# it is the layer allowed to mix both.
 $(ENGINE_SRCS:.cpp=.o): override CPPFLAGS := -I$(CURDIR)/include
 $(PG_SRCS:.cpp=.o): override CPPFLAGS += -DPTRACK_PG_LAYER
 
 # PGXS tracks no header dependencies unless the server was configured with
 # --enable-depend: rebuild every object when any of our headers changes.
-$(OBJS): $(wildcard include/ptrack/*.h src/pg/*.h src/engine/*.h)
+$(OBJS): $(wildcard include/ptrack/*.h src/engine/*.h) $(PG_HDRS)
 
-.PHONY: pg-prefix patched-server unittest check-all installcheck-off check-no-throw
+.PHONY: pg-prefix patched-server unittest check-all installcheck-off check-no-throw check-layers
 
 # The C++ runtime's entry points that throw or unwind, as ptrack.so would
 # import them: throw and rethrow, the personality routine and _Unwind_Resume
@@ -97,8 +102,14 @@ $(OBJS): $(wildcard include/ptrack/*.h src/pg/*.h src/engine/*.h)
 THROWING_IMPORTS = __cxa_throw|__cxa_rethrow|__cxa_allocate_exception|__gxx_personality_v0|_Unwind_Resume|_ZSt[0-9]+__throw_|_Zn[wa]m
 
 ifneq ($(filter pg-prefix,$(MAKECMDGOALS)),pg-prefix)
-all: check-no-throw
+all: check-no-throw check-layers
 endif
+
+# Every include and every call runs downward (docs/design.md section 6):
+# scripts/check-layers.pl fails on a cycle among files or folders, in the
+# includes and, from the objects just linked, in the calls.
+check-layers: $(shlib)
+	@scripts/check-layers.pl --objects
 
 # The core patch's hooks are looked up by name at load time (capture_hooks.cpp),
 # never linked against: a ptrack.so that imports one would fail to load on a
@@ -129,6 +140,7 @@ t/unit/engine_tests: $(ENGINE_SRCS) $(wildcard t/unit/*.cpp) $(wildcard include/
 		-lgtest -lgtest_main -pthread -o $@
 
 unittest: t/unit/engine_tests
+	@scripts/check-layers.pl
 	t/unit/engine_tests
 
 # pg_regress with tracking off: the functions must refuse with the documented errors.

@@ -3,7 +3,7 @@
 # checkpoint_cost.sh -- time and bytes written by ptrack's map flush at the
 # end of each checkpoint, for 64 MB and 1 GB maps.
 #
-# The flush (src/pg/map_persistence.cpp): the first one of a checkpointer
+# The flush (src/pg/persist/map_save.cpp): the first one of a checkpointer
 # writes the whole map (ptrack.map.tmp, CRC-32C per 64 KB chunk, fsync,
 # durable rename); the following ones append the 8-byte words changed since
 # the previous flush to ptrack.map.delta, 16 bytes each, until the delta

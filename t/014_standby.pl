@@ -4,7 +4,7 @@
 # a streaming standby, whose map is filled only by WAL replay (the startup
 # process's writes and extensions, CREATE DATABASE's copydir, and the
 # checkpointer's writes at restartpoints, all marked with the replay LSN,
-# see current_mark_lsn() in src/pg/ptrack.cpp), and a standby crash.
+# see current_mark_lsn() in src/pg/core/shared_state.h), and a standby crash.
 #
 #   1. primary with ptrack, pgbench -i -s 3, a template database and a table
 #      to shrink; a streaming standby from a backup of it, also with ptrack;

@@ -1,9 +1,9 @@
 # Copyright (c) the ptrack authors
 #
 # 021_wal_limits.pl -- wal capture only: the changes a WAL record makes
-# without a block reference (src/pg/wal_records.cpp) reach pagemapset through
+# without a block reference (src/pg/capture/wal_records.cpp) reach pagemapset through
 # the limit table (include/ptrack/limit_table.h), and the table survives
-# restarts and crashes as ptrack.limits (src/pg/limits_file.h).
+# restarts and crashes as ptrack.limits (src/pg/persist/limits_file.h).
 #
 #   1. after L: CREATE DATABASE with FILE_COPY (files copied without a block
 #      reference) and WAL_LOG, ALTER DATABASE SET TABLESPACE (copied again),

@@ -4,7 +4,7 @@
  * test server cannot reach (bench/checkpoint_cost.sh runs it).
  *
  * It links the engine (every .cpp file of src/engine/) and repeats, step by
- * step, what src/pg/map_persistence.cpp does in flush_map():
+ * step, what src/pg/persist/map_save.cpp does in flush_map():
  *
  *   full   write_full_map(): ptrack.map.tmp opened O_RDWR|O_CREAT|O_TRUNC;
  *          per 64 KB chunk, a slot-by-slot copy with atomic loads into a
@@ -21,7 +21,7 @@
  *          close; for the first batch, fsync of the directory.
  *
  * Not reproduced: flush_map()'s wait for marks in progress before the copy
- * (wait_for_marks_in_progress(), src/pg/capture.h): nothing marks the map
+ * (wait_for_marks_in_progress(), src/pg/capture/capture.h): nothing marks the map
  * here, and in a server the wait lasts as long as the slowest mark in flight.
  *
  * CRC-32C is computed with the SSE4.2 crc32 instruction, 8 bytes at a time,

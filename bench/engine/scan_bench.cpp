@@ -3,7 +3,7 @@
  * simulated 1 TB cluster, with and without the segment summary.
  *
  * ptrack_get_pagemapset(L) walks every relation segment file of the data
- * directory and calls Map::segment_pagemap() for each (src/pg/sql_functions.cpp),
+ * directory and calls Map::segment_pagemap() for each (src/pg/sql/sql_functions.cpp),
  * which probes only the 8 MB ranges whose summary slot is >= L.
  * This benchmark times exactly that loop of engine calls over a synthetic
  * catalogue (directory walking and tuple building are not included):

@@ -4,7 +4,7 @@
  * The engine (src/engine, include/ptrack) is plain C++17: it is unit-tested
  * and benchmarked without a server, and it must stay free of PostgreSQL's
  * macros, types and error handling (an ereport in engine code would longjmp
- * over C++ frames; see src/pg/boundary.h).  Only src/pg uses PostgreSQL.
+ * over C++ frames; see src/pg/core/boundary.h).  Only src/pg uses PostgreSQL.
  *
  * Every engine header includes this file first.  In a translation unit that
  * is not part of src/pg (the Makefile compiles src/pg with

@@ -158,7 +158,7 @@ public:
     /*
      * A writer's handle on one segment of one relation fork: the relation's
      * hash_rel() and the segment's summary window.  The write path keeps the
-     * handles of the segments it wrote last (src/pg/capture.h), so that a
+     * handles of the segments it wrote last (src/pg/capture/capture.h), so that a
      * mark in the same segment skips the relation hash and the summary hash.
      * Valid for as long as the map's memory is.
      */

@@ -13,7 +13,7 @@
  * (the current mark LSN), then waited for the marks in progress to store
  * their values, then copied the map; every mark that could still store
  * after that reads its LSN after the threshold was read, so it stores a
- * value >= threshold (the announcement protocol in src/pg/capture.h).  So
+ * value >= threshold (the announcement protocol in src/pg/capture/capture.h).  So
  * every slot changed since the previous copy now holds a value >= threshold;
  * the batch is all words >= threshold (a few may repeat the previous batch:
  * harmless, values are applied with max).

@@ -47,7 +47,7 @@ constexpr uint32_t kMapFileChunkBytes = 64 * 1024; /* see bench/RESULTS.md, chec
 using Crc32cFn = uint32_t (*)(const void* data, size_t len);
 
 /*
- * Which capture source wrote the map (src/pg/capture_source.h).  A map is
+ * Which capture source wrote the map (src/pg/capture/capture_source.h).  A map is
  * only trusted by the source that wrote it: their completeness arguments
  * differ (hooks: checkpoint + full-page images; wal: the WAL itself).
  */

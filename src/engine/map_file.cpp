@@ -181,12 +181,12 @@ const char* map_file_distrust_reason(const MapFileHeader& header, const StartupF
     if (header.covered_lsn < header.init_lsn && header.source == CaptureSourceId::kWal)
         return "its covered LSN lies before its init_lsn";
     if (header.source == CaptureSourceId::kWal)
-        return nullptr; /* the follower re-reads the WAL from covered_lsn (src/pg/capture_wal.cpp) */
+        return nullptr; /* the follower re-reads the WAL from covered_lsn (src/pg/capture/wal/capture_wal.cpp) */
     if (header.covered_lsn < facts.checkpoint_redo)
         return "it is older than the latest checkpoint (a flush was missed, or the WAL was reset)";
     /*
      * Whatever recovery does or does not write again, the startup scan marks
-     * every record after covered_lsn (src/pg/startup_scan.h), so
+     * every record after covered_lsn (src/pg/capture/hooks/startup_scan.h), so
      * full_page_writes does not matter.  Under wal_level = minimal new
      * relations are written without WAL, which no scan can see.
      */

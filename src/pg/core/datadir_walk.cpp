@@ -16,8 +16,8 @@ extern "C" {
 #include "storage/fd.h"
 }
 
-#include "boundary.h"
-#include "datadir_walk.h"
+#include "core/boundary.h"
+#include "core/datadir_walk.h"
 
 namespace ptrack::pg {
 

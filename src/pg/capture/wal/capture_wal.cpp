@@ -69,15 +69,15 @@ extern "C" {
 #include "utils/wait_event.h"
 }
 
-#include "boundary.h"
-#include "capture.h"
-#include "capture_source.h"
-#include "capture_wal.h"
-#include "file_growth.h"
-#include "limits_file.h"
-#include "map_persistence.h"
-#include "shared_state.h"
-#include "wal_records.h"
+#include "core/boundary.h"
+#include "capture/capture.h"
+#include "capture/capture_source.h"
+#include "capture/wal/capture_wal.h"
+#include "capture/file_growth.h"
+#include "persist/limits_file.h"
+#include "persist/map_persistence.h"
+#include "core/shared_state.h"
+#include "capture/wal_records.h"
 
 namespace ptrack::pg {
 
@@ -114,9 +114,21 @@ public:
     }
     void relation_limit(const RelFork& rel, BlockNumber limit, Lsn lsn) noexcept override
     {
+        /*
+         * Regrowth past the cut must show as growth (file_growth.h; a lookup,
+         * never an allocation).  For a file created or dropped (limit 0) that
+         * is enough: every block it gets afterwards is either named by a
+         * record or found by a walk as growth from size 0, each marked no
+         * earlier than it was added; capture_limit() makes no entry for it.
+         */
+        growth_truncated(rel, limit);
         capture_limit(rel, limit, lsn);
     }
-    void database(uint32_t spc, uint32_t db, Lsn lsn) noexcept override { capture_database(spc, db, lsn); }
+    void database(uint32_t spc, uint32_t db, Lsn lsn) noexcept override
+    {
+        capture_database(spc, db, lsn);
+        growth_database_replaced(spc, db);
+    }
 };
 FollowerSink follower_sink;
 

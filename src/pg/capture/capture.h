@@ -10,9 +10,9 @@
 #ifndef PTRACK_PG_CAPTURE_H
 #define PTRACK_PG_CAPTURE_H
 
-#include "boundary.h"
+#include "core/boundary.h"
 #include "ptrack/map.h"
-#include "shared_state.h"
+#include "core/shared_state.h"
 
 namespace ptrack::pg {
 

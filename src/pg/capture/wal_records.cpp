@@ -126,8 +126,8 @@ extern "C" {
 #include "storage/bufpage.h"
 }
 
-#include "shared_state.h"
-#include "wal_records.h"
+#include "core/shared_state.h"
+#include "capture/wal_records.h"
 
 namespace ptrack::pg {
 

@@ -60,14 +60,14 @@ extern "C" {
 PG_FUNCTION_INFO_V1(ptrack_verify);
 }
 
-#include "boundary.h"
-#include "capture.h"
-#include "capture_source.h"
-#include "capture_wal.h"
-#include "datadir_walk.h"
-#include "pagemap_scan.h"
-#include "shared_state.h"
-#include "verify.h"
+#include "core/boundary.h"
+#include "capture/capture.h"
+#include "capture/capture_source.h"
+#include "capture/wal/capture_wal.h"
+#include "core/datadir_walk.h"
+#include "sql/pagemap_scan.h"
+#include "core/shared_state.h"
+#include "sql/verify.h"
 
 namespace ptrack::pg {
 

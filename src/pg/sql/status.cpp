@@ -37,9 +37,9 @@ extern "C" {
 PG_FUNCTION_INFO_V1(ptrack_status);
 }
 
-#include "boundary.h"
-#include "capture_source.h"
-#include "shared_state.h"
+#include "core/boundary.h"
+#include "capture/capture_source.h"
+#include "core/shared_state.h"
 
 namespace ptrack::pg {
 

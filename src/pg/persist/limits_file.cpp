@@ -13,10 +13,10 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
-#include "limits_file.h"
-#include "map_io.h"
+#include "persist/limits_file.h"
+#include "persist/map_io.h"
 #include "ptrack/limit_file.h"
-#include "shared_state.h"
+#include "core/shared_state.h"
 
 namespace ptrack::pg {
 

@@ -17,7 +17,7 @@
 
 #include <cstdint>
 
-#include "boundary.h"
+#include "core/boundary.h"
 #include "ptrack/relpath.h"
 
 namespace ptrack::pg {

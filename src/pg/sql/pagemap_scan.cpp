@@ -7,11 +7,11 @@ extern "C" {
 #include "utils/pg_lsn.h"
 }
 
-#include "boundary.h"
-#include "capture_wal.h"
-#include "pagemap_scan.h"
+#include "core/boundary.h"
+#include "capture/wal/capture_wal.h"
+#include "sql/pagemap_scan.h"
 #include "ptrack/pagemap.h"
-#include "shared_state.h"
+#include "core/shared_state.h"
 
 namespace ptrack::pg {
 

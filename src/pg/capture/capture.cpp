@@ -11,11 +11,10 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
-#include "boundary.h"
-#include "capture.h"
-#include "file_growth.h"
-#include "datadir_walk.h"
-#include "shared_state.h"
+#include "core/boundary.h"
+#include "capture/capture.h"
+#include "core/datadir_walk.h"
+#include "core/shared_state.h"
 
 namespace ptrack::pg {
 
@@ -88,15 +87,12 @@ void capture_limit(const RelFork& rel, BlockNumber limit, Lsn lsn) noexcept
     if (!limits.attached())
         return;
     /*
-     * Regrowth past the cut must show as growth (file_growth.h; a lookup,
-     * never an allocation).  For a file created or dropped (limit 0) that is
-     * enough: every block it gets afterwards is either named by a record or
-     * found by a walk as growth from size 0, each marked no earlier than it
-     * was added.  A limit-0 entry would add nothing but false positives: a
-     * burst of DDL fills the buckets, and every relation hashed to one is
-     * then listed whole.
+     * A file created or dropped (limit 0) needs no entry: its caller (the
+     * follower's sink, capture_wal.cpp) has the file growth watch show every
+     * block it gets afterwards.  A limit-0 entry would add nothing but false
+     * positives: a burst of DDL fills the buckets, and every relation hashed
+     * to one is then listed whole.
      */
-    growth_truncated(rel, limit);
     if (limit != 0)
         limits.set_relation_limit(rel, limit, lsn);
 }
@@ -106,7 +102,6 @@ void capture_database(uint32_t spc, uint32_t db, Lsn lsn) noexcept
     if (!limits.attached())
         return;
     limits.set_database_limit(spc, db, lsn);
-    growth_database_replaced(spc, db);
 }
 
 void restart_tracking_at(Lsn now, const char* reason)

@@ -41,7 +41,7 @@
 
 #include "ptrack/map.h"
 #include "ptrack/relfork.h"
-#include "shared_state.h"
+#include "core/shared_state.h"
 
 namespace ptrack::pg {
 

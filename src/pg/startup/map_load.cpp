@@ -32,17 +32,17 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
-#include "bypass.h"
-#include "capture_source.h"
-#include "file_growth.h"
-#include "limits_file.h"
-#include "map_io.h"
-#include "map_persistence.h"
+#include "capture/hooks/bypass.h"
+#include "capture/capture_source.h"
+#include "capture/file_growth.h"
+#include "persist/limits_file.h"
+#include "persist/map_io.h"
+#include "persist/map_persistence.h"
 #include "ptrack/limit_file.h"
 #include "ptrack/map_delta.h"
 #include "ptrack/map_file.h"
-#include "startup_scan.h"
-#include "wal_records.h"
+#include "capture/hooks/startup_scan.h"
+#include "capture/wal_records.h"
 
 namespace ptrack::pg {
 

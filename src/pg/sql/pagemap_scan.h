@@ -25,9 +25,9 @@ extern "C" {
 #include "utils/tuplestore.h"
 }
 
-#include "boundary.h"
-#include "datadir_walk.h"
-#include "shared_state.h"
+#include "core/boundary.h"
+#include "core/datadir_walk.h"
+#include "core/shared_state.h"
 
 namespace ptrack::pg {
 

@@ -26,11 +26,11 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
-#include "boundary.h"
-#include "capture.h"
-#include "datadir_walk.h"
-#include "file_growth.h"
-#include "map_io.h"
+#include "core/boundary.h"
+#include "capture/capture.h"
+#include "core/datadir_walk.h"
+#include "capture/file_growth.h"
+#include "persist/map_io.h"
 
 namespace ptrack::pg {
 

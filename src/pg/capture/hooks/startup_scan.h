@@ -22,7 +22,7 @@ extern "C" {
 #include "catalog/pg_control.h"
 }
 
-#include "boundary.h"
+#include "core/boundary.h"
 #include "ptrack/map.h"
 
 namespace ptrack::pg {

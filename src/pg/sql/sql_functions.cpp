@@ -32,12 +32,12 @@ PG_FUNCTION_INFO_V1(ptrack_get_pagemapset);
 PG_FUNCTION_INFO_V1(ptrack_get_change_stat);
 }
 
-#include "boundary.h"
-#include "capture_wal.h"
-#include "datadir_walk.h"
-#include "pagemap_scan.h"
+#include "core/boundary.h"
+#include "capture/wal/capture_wal.h"
+#include "core/datadir_walk.h"
+#include "sql/pagemap_scan.h"
 #include "ptrack/pagemap.h"
-#include "shared_state.h"
+#include "core/shared_state.h"
 
 #define PTRACK_VERSION "2.2"
 

@@ -8,10 +8,15 @@
 #ifndef PTRACK_PG_MAP_PERSISTENCE_H
 #define PTRACK_PG_MAP_PERSISTENCE_H
 
-#include "capture_source.h"
-#include "shared_state.h"
+#include "core/shared_state.h"
 
 namespace ptrack::pg {
+
+/* What a map save records, from the source that triggers it. */
+struct SavePoint {
+    Lsn covered_lsn;    /* every change whose record ends at or before it is marked (or re-marked by recovery) */
+    Lsn next_threshold; /* every mark stored after the save's copy holds a value >= it (ptrack/map_delta.h) */
+};
 
 /*
  * In the postmaster, on a freshly created shared state: fills the map from

@@ -34,12 +34,12 @@ extern "C" {
 #include "storage/relfilenode.h"
 }
 
-#include "bypass.h"
-#include "capture.h"
-#include "file_growth.h"
-#include "capture_source.h"
-#include "map_persistence.h"
-#include "shared_state.h"
+#include "capture/hooks/bypass.h"
+#include "capture/capture.h"
+#include "capture/file_growth.h"
+#include "capture/capture_source.h"
+#include "persist/map_persistence.h"
+#include "core/shared_state.h"
 
 namespace ptrack::pg {
 

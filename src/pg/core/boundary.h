@@ -37,7 +37,7 @@ namespace ptrack::pg::boundary {
 template <typename T>
 struct FrameSafe {
     static_assert(std::is_trivially_destructible_v<T>,
-                  "a type kept in a frame that may ereport must be trivially destructible (src/pg/boundary.h)");
+                  "a type kept in a frame that may ereport must be trivially destructible (src/pg/core/boundary.h)");
     static constexpr bool value = true;
 };
 
@@ -56,7 +56,7 @@ struct IsNoexcept<R (C::*)(A...) const noexcept> : std::true_type {};
 template <auto F>
 struct EngineCall {
     static_assert(IsNoexcept<decltype(F)>::value,
-                  "an engine function called from src/pg must be declared noexcept (src/pg/boundary.h)");
+                  "an engine function called from src/pg must be declared noexcept (src/pg/core/boundary.h)");
     static constexpr bool value = true;
 };
 

@@ -12,8 +12,8 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
-#include "capture_source.h"
-#include "map_io.h"
+#include "core/shared_state.h"
+#include "persist/map_io.h"
 
 namespace ptrack::pg {
 

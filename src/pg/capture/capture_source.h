@@ -18,18 +18,10 @@
 #ifndef PTRACK_PG_CAPTURE_SOURCE_H
 #define PTRACK_PG_CAPTURE_SOURCE_H
 
-#include "ptrack/map_file.h"
+#include "core/shared_state.h"
+#include "persist/map_persistence.h"
 
 namespace ptrack::pg {
-
-/* The source of this server run, resolved in _PG_init; kNone while tracking is off. */
-extern CaptureSourceId capture_source;
-
-/* What a map save records, from the source that triggers it. */
-struct SavePoint {
-    Lsn covered_lsn;    /* every change whose record ends at or before it is marked (or re-marked by recovery) */
-    Lsn next_threshold; /* every mark stored after the save's copy holds a value >= it (ptrack/map_delta.h) */
-};
 
 /* True when the running server exports the four hooks of the core patch (looked up by name). */
 bool hooks_available();

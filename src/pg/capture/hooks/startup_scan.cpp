@@ -41,9 +41,9 @@ extern "C" {
 #include "storage/fd.h"
 }
 
-#include "shared_state.h"
-#include "startup_scan.h"
-#include "wal_records.h"
+#include "core/shared_state.h"
+#include "capture/hooks/startup_scan.h"
+#include "capture/wal_records.h"
 
 namespace ptrack::pg {
 

@@ -2,7 +2,8 @@
  * shared_state.h -- the process-wide view of ptrack's shared memory.
  *
  * src/pg/ptrack.cpp creates the shared state at postmaster start and every
- * backend inherits these globals.  When tracking is off (ptrack.map_size = 0)
+ * backend inherits these globals (defined in shared_state.cpp, the bottom of
+ * src/pg: every other file includes this one, and it includes none of them).  When tracking is off (ptrack.map_size = 0)
  * or the library was not loaded through shared_preload_libraries, `map` is
  * not attached and capture does nothing; the SQL functions raise an error
  * (require_tracking()).
@@ -15,9 +16,10 @@ extern "C" {
 #include "storage/spin.h"
 }
 
-#include "boundary.h"
+#include "core/boundary.h"
 #include "ptrack/limit_table.h"
 #include "ptrack/map.h"
+#include "ptrack/map_file.h"
 
 /*
  * The two halves of an LSN for a "%X/%X" format.  PostgreSQL's
@@ -100,6 +102,9 @@ extern int map_size_mb;     /* the ptrack.map_size GUC, in MB */
 extern bool use_segment_summary; /* developer GUC ptrack.use_segment_summary */
 extern char unknown_setting[128]; /* the first unknown ptrack.* name configured, "" if none (ptrack.cpp) */
 
+/* The source of this server run, resolved in _PG_init; kNone while tracking is off (capture/capture_source.h). */
+extern CaptureSourceId capture_source;
+
 PTRACK_FRAME_SAFE(SharedState, Map, MapGeometry, SaveStats);
 
 /* After a map save, by the saving process (map_save.cpp): updates SaveStats. */
@@ -112,7 +117,7 @@ void save_stats_read(SaveStats* out) noexcept;
 /* Set once this process has seen recovery over (it never comes back). */
 inline bool recovery_seen_over = false;
 
-/* current_mark_lsn() while this process may still be in recovery (ptrack.cpp). */
+/* current_mark_lsn() while this process may still be in recovery (shared_state.cpp). */
 Lsn current_mark_lsn_in_recovery() noexcept;
 
 /*

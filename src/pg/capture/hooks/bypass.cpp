@@ -21,11 +21,11 @@ extern "C" {
 #include "storage/fd.h"
 }
 
-#include "bypass.h"
-#include "capture.h"
-#include "map_io.h"
+#include "capture/hooks/bypass.h"
+#include "capture/capture.h"
+#include "persist/map_io.h"
 #include "ptrack/bypass_journal.h"
-#include "shared_state.h"
+#include "core/shared_state.h"
 
 namespace ptrack::pg {
 

@@ -33,10 +33,9 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
-#include "boundary.h"
-#include "capture_source.h"
-#include "map_io.h"
-#include "map_persistence.h"
+#include "core/boundary.h"
+#include "persist/map_io.h"
+#include "persist/map_persistence.h"
 #include "ptrack/map_delta.h"
 #include "ptrack/map_file.h"
 

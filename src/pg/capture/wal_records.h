@@ -13,7 +13,7 @@ extern "C" {
 #include "access/xlogreader.h"
 }
 
-#include "boundary.h"
+#include "core/boundary.h"
 #include "ptrack/relfork.h"
 
 namespace ptrack::pg {
