@@ -136,7 +136,7 @@ SKIP:
 {
 	my $pgpro = $ENV{PTRACK_PG_PROBACKUP} // '';
 	skip 'pg_probackup part: set PTRACK_PG_PROBACKUP=/path/to/pg_probackup (2.5.x for PostgreSQL 15, '
-	  . 'see README.md) to run it', 4
+	  . 'see docs/operations.md) to run it', 4
 	  unless $pgpro ne '' && -x $pgpro;
 
 	my $catalog = PostgreSQL::Test::Utils::tempdir('pgpro');

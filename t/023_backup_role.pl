@@ -1,9 +1,9 @@
 # Copyright (c) the ptrack authors
 #
 # 023_backup_role.pl -- backups by a role without superuser, set up exactly
-# as the README's section "A backup role without superuser" says.  The three
-# SQL blocks of that section (marked <!-- backup-role: role|postgresql|ptrack
-# --> in README.md) are read from the README and run as written, so the
+# as docs/operations.md's section "A backup role without superuser" says.  The
+# three SQL blocks of that section (marked <!-- backup-role: role|postgresql|ptrack
+# --> in docs/operations.md) are read from it and run as written, so the
 # documentation and this test cannot drift apart.
 #
 #   1. the role block: the role `backup` (LOGIN REPLICATION) exists, but may
@@ -48,9 +48,9 @@ use PtrackCluster qw(capture_mode ptrack_node init_lsn);
 use PtrackOracle qw(mismatch_blocks);
 use PtrackVerify qw(compare_clusters);
 
-# ---- the README's blocks ------------------------------------------------------
+# ---- the blocks of docs/operations.md ---------------------------------------
 
-my $readme_file = "$FindBin::RealBin/../README.md";
+my $readme_file = "$FindBin::RealBin/../docs/operations.md";
 my $readme = slurp_file($readme_file);
 my %block;
 for my $name (qw(role postgresql ptrack))
@@ -61,7 +61,7 @@ for my $name (qw(role postgresql ptrack))
 	$block{$name} = $1;
 }
 like($block{role}, qr/\bCREATE ROLE backup\b/,
-	'the README\'s role block creates the role backup');
+	'the role block of docs/operations.md creates the role backup');
 
 # ---- the cluster ----------------------------------------------------------------
 
@@ -278,7 +278,7 @@ SKIP:
 {
 	my $pgpro = $ENV{PTRACK_PG_PROBACKUP} // '';
 	skip 'pg_probackup: set PTRACK_PG_PROBACKUP=/path/to/pg_probackup '
-	  . '(2.5.x built for PostgreSQL 15, see README.md) to run it as the '
+	  . '(2.5.x built for PostgreSQL 15, see docs/operations.md) to run it as the '
 	  . 'backup role', 1
 	  unless $pgpro ne '' && -x $pgpro;
 

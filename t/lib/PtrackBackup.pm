@@ -11,7 +11,7 @@
 #   restore($full_dir, $incr_dir, $target)   full + incremental -> data dir
 #
 # Both backups connect to database postgres as the node's default user (the
-# test superuser) unless given user => $role and dbname => $db: the README's
+# test superuser) unless given user => $role and dbname => $db: docs/operations.md's
 # backup role (section "A backup role without superuser") is all they need,
 # with ptrack installed in $db (t/023_backup_role.pl).  The data directory
 # is read directly, so the operating-system user must be able to read it.
