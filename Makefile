@@ -4,6 +4,7 @@
 #   make install         install into that server
 #   make check-all       everything the README's test command runs (builds what it needs)
 #   make unittest        GoogleTest unit tests of the engine (no server needed)
+#   make check-doc-refs  every file and function the docs and comments name exists
 #   make -s pg-prefix    print the install prefix of the patched server
 #
 # The hooks this extension uses exist only in a server built with
@@ -12,7 +13,7 @@
 # with the same patch.
 
 # Goals that need no server: PGXS is not loaded when only these are asked for.
-NO_SERVER_GOALS = pg-prefix patched-server unittest
+NO_SERVER_GOALS = pg-prefix patched-server unittest check-doc-refs
 SERVER_GOALS := $(filter-out $(NO_SERVER_GOALS),$(or $(MAKECMDGOALS),all))
 
 ifneq ($(SERVER_GOALS),)
@@ -92,7 +93,7 @@ $(PG_SRCS:.cpp=.o): override CPPFLAGS += -DPTRACK_PG_LAYER
 # --enable-depend: rebuild every object when any of our headers changes.
 $(OBJS): $(wildcard include/ptrack/*.h src/engine/*.h) $(PG_HDRS)
 
-.PHONY: pg-prefix patched-server unittest check-all installcheck-off check-no-throw check-layers
+.PHONY: pg-prefix patched-server unittest check-all installcheck-off check-no-throw check-layers check-doc-refs
 
 # The C++ runtime's entry points that throw or unwind, as ptrack.so would
 # import them: throw and rethrow, the personality routine and _Unwind_Resume
@@ -139,9 +140,15 @@ t/unit/engine_tests: $(ENGINE_SRCS) $(wildcard t/unit/*.cpp) $(wildcard include/
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -Iinclude $(wildcard t/unit/*.cpp) $(ENGINE_SRCS) \
 		-lgtest -lgtest_main -pthread -o $@
 
+# With the unit tests (also run by the package build): no include cycle.
 unittest: t/unit/engine_tests
 	@scripts/check-layers.pl
 	t/unit/engine_tests
+
+# No document or comment names a file or function that does not exist (needs
+# git: it reads the tracked files).  The test command runs it first.
+check-doc-refs:
+	@scripts/check-doc-refs.pl
 
 # pg_regress with tracking off: the functions must refuse with the documented errors.
 installcheck-off:

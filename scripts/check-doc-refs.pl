@@ -14,7 +14,9 @@
 #   functions  every `name()` in README.md and docs/*.md (a backquoted name
 #              followed by parentheses, Class::name() included) must be
 #              defined or called in the sources: `name(` occurs in src/,
-#              include/, t/, scripts/ or the SQL scripts.
+#              include/, t/, scripts/ or the SQL scripts; and "`name()` in"
+#              followed by a source file's path must name the file that
+#              defines it (a line starting at column 0 with `name(`).
 #
 # Names of PostgreSQL, pg_probackup and the C library that the documents cite
 # are listed below (KNOWN_FILES, KNOWN_FUNCTIONS); keep those lists short and
@@ -32,9 +34,15 @@ my %KNOWN_FILES = map { $_ => 1 } qw(
   bufpage.h relpath.h fd.h spin.h lwlock.h latch.h proc.h shmem.h ipc.h
   guc.h guc_tables.h timestamp.h memutils.h elog.h hsearch.h tuplestore.h
   builtins.h pg_lsn.h relfilenode.h bgworker.h slot.h atomics.h
+  c.h postgres_fe.h postgres_ext.h pg_config.h
   Cluster.pm Utils.pm PostgreSQL/Test/Cluster.pm PostgreSQL/Test/Utils.pm
-  lsn_scan.cpp fault_cost.cpp README.md
+  lsn_scan.cpp fault_cost.cpp oracle.pl
 );
+
+# A path under one of PostgreSQL's include directories, or in its source tree
+# (src/include/..., src/backend/...), is PostgreSQL's.
+my $PG_PATH = qr{^(?:access|catalog|commands|common|lib|port|portability|postmaster|replication|
+                    storage|utils|executor|nodes|parser|tcop|src/(?:include|backend|bin|common|port))/}x;
 
 # Functions of PostgreSQL, pg_probackup and libc that the documents name.
 my %KNOWN_FUNCTIONS = map { $_ => 1 } qw(
@@ -44,6 +52,7 @@ my %KNOWN_FUNCTIONS = map { $_ => 1 } qw(
   pg_create_physical_replication_slot pg_stat_file pg_read_binary_file
   pg_ls_dir pg_walfile_name txid_current now count sum max min
   stat fsync rename unlink read write pread pwrite lseek open close
+  ProcessSyncRequests BufferSync RelationCopyStorage smgrextend smgrwrite
 );
 
 sub git_files {
@@ -73,8 +82,8 @@ for my $path (@tracked) {
 
 sub file_exists {
     my ($token) = @_;
-    $token =~ s{^(\./|\.\./)+}{};
-    return 1 if $KNOWN_FILES{$token};
+    $token =~ s{^(\./|\.\./|/)+}{};
+    return 1 if $KNOWN_FILES{$token} || $token =~ $PG_PATH;
     return $by_suffix{$token} if $token =~ m{/};
     return $by_name{$token};
 }
@@ -94,9 +103,10 @@ for my $path (@documents, @sources) {
     for my $line (split /\n/, slurp($path)) {
         $line_no++;
         next if $line =~ /^\s*#\s*include\s/;
-        while ($line =~ m{([A-Za-z0-9_.\-/*\$\{\}]*[A-Za-z0-9_]\.(?:cpp|h|pl|pm|sh|sql|md))(?![A-Za-z0-9_])}g) {
+        while ($line =~ m{([A-Za-z0-9_.\-/*\$\{\}:]*[A-Za-z0-9_]\.(?:cpp|h|pl|pm|sh|sql|md))(?![A-Za-z0-9_])}g) {
             my $token = $1;
             next if $token =~ /[*\$\{\}]/;                 # a pattern or a variable
+            $token =~ s/^.*://;                             # "file:line", "path:path"
             next if $token =~ m{^(https?:|//)} || $line =~ m{https?://\S*\Q$token\E};
             next if $token =~ m{^\.[a-z]+$};              # ".sql", a suffix
             push @problems, "$path:$line_no: names \"$token\", which is no file of the repository"
@@ -122,6 +132,14 @@ for my $path (grep { m{^(README\.md|docs/.*\.md)$} } @tracked) {
             $seen_in_code{$name} //= ($code =~ /\b\Q$name\E\s*\(/) ? 1 : 0;
             push @problems, "$path:$line_no: names $name(), which the sources neither define nor call"
                 unless $seen_in_code{$name};
+        }
+        # "`name()` in" a path: that file must define it.
+        while ($line =~ m{`(?:[A-Za-z_][A-Za-z0-9_]*::)*([A-Za-z_][A-Za-z0-9_]*)\(\)` in `?([A-Za-z0-9_./]+\.(?:cpp|h))}g) {
+            my ($name, $file) = ($1, $2);
+            my @matches = grep { $_ eq $file || m{/\Q$file\E$} } @tracked;
+            next unless @matches == 1;
+            push @problems, "$path:$line_no: places $name() in $file, which does not define it"
+                unless slurp($matches[0]) =~ /^[A-Za-z].*\b\Q$name\E\s*\(/m;
         }
     }
 }

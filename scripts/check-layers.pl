@@ -14,8 +14,8 @@
 #             symbol an object file imports (nm -u) that exactly one other
 #             object file of the project defines is an edge between them.
 #
-# A module is a header and its source file together (src/pg/core/x.h and
-# src/pg/core/x.cpp; include/ptrack/x.h and src/engine/x.cpp); a folder is
+# A module is a header and its source file together (src/pg/core/shared_state.h
+# and src/pg/core/shared_state.cpp; include/ptrack/map.h and src/engine/map.cpp); a folder is
 # the module's directory (engine for the engine).  A cycle among modules, or
 # among folders, fails the check and is printed with the edges that make it.
 #

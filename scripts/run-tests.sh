@@ -2,7 +2,8 @@
 # run-tests.sh -- the README's test command: installs and builds everything it
 # needs, then runs every suite in both capture modes:
 #
-#   engine unit tests (GoogleTest, no server);
+#   the docs' references (scripts/check-doc-refs.pl), the include layering
+#   (scripts/check-layers.pl) and the engine unit tests (GoogleTest, no server);
 #   hooks: pg_regress and the TAP suite on the patched server
 #          (scripts/build-postgres.sh, cached);
 #   wal:   pg_regress and the TAP suite on Debian's stock postgresql-15,
@@ -18,7 +19,7 @@
 # user (ptrack_test, created if missing) on a copy of the tree, and their logs
 # are copied back to ./test-logs/<mode>/.
 #
-# Usage: scripts/run-tests.sh [--mode hooks|wal|both] [--package] [PROVE_TESTS='t/001_x.pl ...']
+# Usage: scripts/run-tests.sh [--mode hooks|wal|both] [--package] [PROVE_TESTS='t/001_page_lsn_oracle.pl ...']
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -57,6 +58,7 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
         { apt-get update >&2 && apt-get install -y --no-install-recommends "${need_pkgs[@]}" >&2; }
 fi
 
+make -s check-doc-refs
 make -s PG_CONFIG="$STOCK_PG_CONFIG" unittest
 
 if [ "$(id -u)" -eq 0 ]; then

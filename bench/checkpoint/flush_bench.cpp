@@ -77,7 +77,7 @@ using ptrack::Map;
 using ptrack::MapGeometry;
 
 constexpr uint32_t kRelsegSize = 131072; /* RELSEG_SIZE with 8 KB blocks, 1 GB segments */
-constexpr size_t kDeltaBufferEntries = 64 * 1024; /* as map_persistence.cpp */
+constexpr size_t kDeltaBufferEntries = 64 * 1024; /* as src/pg/persist/map_save.cpp */
 
 /* CRC-32C (Castagnoli), finalised, with the SSE4.2 instruction. */
 uint32_t crc32c_update(uint32_t crc, const void* data, size_t len)
