@@ -3,7 +3,7 @@
 # 021_wal_limits.pl -- wal capture only: the changes a WAL record makes
 # without a block reference (src/pg/capture/wal_records.cpp) reach pagemapset through
 # the limit table (include/ptrack/limit_table.h), and the table survives
-# restarts and crashes as ptrack.limits (src/pg/persist/limits_file.h).
+# restarts and crashes as ptrack.limits (src/pg/persist/limit_file_io.h).
 #
 #   1. after L: CREATE DATABASE with FILE_COPY (files copied without a block
 #      reference) and WAL_LOG, ALTER DATABASE SET TABLESPACE (copied again),

@@ -5,7 +5,7 @@
  * ... SET TABLESPACE, a table rewrite) calls smgrimmedsync() before it
  * commits; the hooks source then appends one entry naming the fork, its
  * length and the LSN of that moment, and fsyncs it, so that a crash before
- * the next map save cannot lose the marks of those blocks (src/pg/capture/hooks/bypass.cpp).
+ * the next map save cannot lose the marks of those blocks (src/pg/capture/hooks/bypass_journal_io.cpp).
  *
  * An entry is 40 bytes at fixed offsets, host byte order, with its own
  * CRC-32C:

@@ -5,7 +5,7 @@
  * The table is complete up to a WAL position, its "covered LSN": every limit
  * event of a record ending at or before it was folded in.  A follower that
  * resumes from the covered LSN therefore loses no event; one that resumes
- * later would (the caller's rule, src/pg/persist/limits_file.h).
+ * later would (the caller's rule, src/pg/persist/limit_file_io.h).
  *
  * Layout (host byte order, like PostgreSQL's own data files; the system
  * identifier rejects another cluster's file):

@@ -33,12 +33,12 @@ PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 }
 
 #include "core/boundary.h"
-#include "capture/hooks/bypass.h"
+#include "capture/hooks/bypass_journal_io.h"
 #include "capture/capture.h"
 #include "capture/capture_source.h"
 #include "capture/wal/capture_wal.h"
 #include "capture/file_growth.h"
-#include "persist/limits_file.h"
+#include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
 #include "core/shared_state.h"
 #include "sql/verify.h"

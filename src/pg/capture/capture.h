@@ -1,11 +1,17 @@
 /*
  * capture.h -- the one door through which changes reach the map.
  *
- * Every capture source calls these functions and nothing else: today the
- * storage-manager hooks of the core patch (capture_hooks.cpp); later a WAL
- * follower for unpatched servers, which will mark the block references of
- * each record with the record's LSN.  Neither the map nor the SQL layer knows
- * which source is running.
+ * Every capture source marks the map through these functions and nothing
+ * else: the storage-manager hooks of the core patch (hooks/capture_hooks.cpp)
+ * mark each block as it is written (capture_block_written()); the WAL
+ * follower of unpatched servers (wal/capture_wal.cpp) marks the blocks each
+ * record changed with the record's end LSN (capture_block_at(),
+ * capture_limit(), capture_database()).  Neither the map nor the SQL layer
+ * marks anything itself.
+ *
+ * INTERFACE: capture_block_written(), capture_block_at(), capture_limit(),
+ * capture_database(), capture_relation_files(), restart_tracking(),
+ * restart_tracking_at(); for a map save, wait_for_marks_in_progress().
  */
 #ifndef PTRACK_PG_CAPTURE_H
 #define PTRACK_PG_CAPTURE_H

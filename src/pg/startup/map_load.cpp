@@ -32,10 +32,10 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
-#include "capture/hooks/bypass.h"
+#include "capture/hooks/bypass_journal_io.h"
 #include "capture/capture_source.h"
 #include "capture/file_growth.h"
-#include "persist/limits_file.h"
+#include "persist/limit_file_io.h"
 #include "persist/map_io.h"
 #include "persist/map_persistence.h"
 #include "ptrack/limit_file.h"
@@ -463,7 +463,7 @@ Lsn fresh_wal_init_floor(const ControlFileData* control)
 /*
  * The wal source resumes reading at the map's covered LSN, so it needs the
  * limit events of every record before it: ptrack.limits, loaded into the
- * limit table, complete up to at least that LSN (limits_file.h).  nullptr if
+ * limit table, complete up to at least that LSN (limit_file_io.h).  nullptr if
  * so, else why the map cannot be continued (the caller starts afresh, which
  * also empties the table).
  */
@@ -659,7 +659,7 @@ void load_map(SharedState* state, Map* map)
             start_fresh(state, map, control, reason, true);
         }
     }
-    /* Marks a crash lost with nothing else to restore them (bypass.h); whatever map is in use. */
+    /* Marks a crash lost with nothing else to restore them (bypass_journal_io.h); whatever map is in use. */
     bypass_journal_apply(map);
     if (control != nullptr)
         pfree(control);

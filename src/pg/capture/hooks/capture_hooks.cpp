@@ -21,7 +21,7 @@
  *
  * The fifth hook, mdimmedsync_hook, is optional (a server carrying only the
  * published ptrack 2.x patch lacks it): it makes the marks of a fork written
- * outside shared buffers durable before its writer commits (bypass.h).
+ * outside shared buffers durable before its writer commits (bypass_journal_io.h).
  * Without it that crash window stays open, and the postmaster says so.
  */
 extern "C" {
@@ -34,7 +34,7 @@ extern "C" {
 #include "storage/relfilenode.h"
 }
 
-#include "capture/hooks/bypass.h"
+#include "capture/hooks/bypass_journal_io.h"
 #include "capture/capture.h"
 #include "capture/file_growth.h"
 #include "capture/capture_source.h"

@@ -74,7 +74,7 @@ extern "C" {
 #include "capture/capture_source.h"
 #include "capture/wal/capture_wal.h"
 #include "capture/file_growth.h"
-#include "persist/limits_file.h"
+#include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
 #include "core/shared_state.h"
 #include "capture/wal_records.h"
@@ -231,7 +231,7 @@ void save_map()
 {
     (void) growth_walk(false);
     const SavePoint point{follower.next, follower.next};
-    /* Sizes and limits before the map: a saved map is never ahead of either (file_growth.h, limits_file.h). */
+    /* Sizes and limits before the map: a saved map is never ahead of either (file_growth.h, limit_file_io.h). */
     const bool files_saved = growth_prepare_save(point.covered_lsn) && save_limits(point.covered_lsn);
     if (!files_saved)
         save_stats_record_failure(); /* flush_map() counts its own */

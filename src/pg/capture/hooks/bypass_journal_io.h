@@ -1,6 +1,7 @@
 /*
- * bypass.h -- hooks source: durable marks for writes that bypass shared
- * buffers (docs/design.md section 4.7).
+ * bypass_journal_io.h -- hooks source: durable marks for writes that bypass
+ * shared buffers (docs/design.md section 4.7).  The entry format is the
+ * engine's (ptrack/bypass_journal.h); this file does the I/O.
  *
  * The window: a bulk writer (btree CREATE INDEX, ALTER TABLE ... SET
  * TABLESPACE, CLUSTER, VACUUM FULL) WAL-logs a page, then writes it straight
@@ -13,8 +14,8 @@
  * marks of the whole fork durable in ptrack.bypass before the commit.  An
  * uncommitted writer leaves only a file no catalog names.
  */
-#ifndef PTRACK_PG_BYPASS_H
-#define PTRACK_PG_BYPASS_H
+#ifndef PTRACK_PG_BYPASS_JOURNAL_IO_H
+#define PTRACK_PG_BYPASS_JOURNAL_IO_H
 
 extern "C" {
 #include "postgres.h"

@@ -1,6 +1,6 @@
 /*
- * bypass.cpp -- the journal of writes that bypassed shared buffers
- * (bypass.h; the entry format is ptrack/bypass_journal.h).
+ * bypass_journal_io.cpp -- the journal of writes that bypassed shared buffers
+ * (bypass_journal_io.h; the entry format is ptrack/bypass_journal.h).
  *
  * Appends come from any backend, concurrently: each opens the file with
  * O_APPEND, writes one 40-byte entry in one write() (the kernel positions
@@ -21,7 +21,7 @@ extern "C" {
 #include "storage/fd.h"
 }
 
-#include "capture/hooks/bypass.h"
+#include "capture/hooks/bypass_journal_io.h"
 #include "capture/capture.h"
 #include "persist/map_io.h"
 #include "ptrack/bypass_journal.h"

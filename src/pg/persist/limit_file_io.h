@@ -1,5 +1,5 @@
 /*
- * limits_file.h -- the limit table (ptrack/limit_table.h) survives restarts
+ * limit_file_io.h -- the limit table (ptrack/limit_table.h) survives restarts
  * and crashes as $PGDATA/ptrack.limits, saved with the map by the WAL
  * follower and loaded at startup.  The format and its checks are in the
  * engine (ptrack/limit_file.h); this file does the I/O with PostgreSQL's file
@@ -16,8 +16,8 @@
  * Like the map's load and save, nothing here raises an ERROR: the postmaster
  * must start, and the follower must not stop because of a failed save.
  */
-#ifndef PTRACK_PG_LIMITS_FILE_H
-#define PTRACK_PG_LIMITS_FILE_H
+#ifndef PTRACK_PG_LIMIT_FILE_IO_H
+#define PTRACK_PG_LIMIT_FILE_IO_H
 
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 /*
- * limits_file.cpp -- see limits_file.h.
+ * limit_file_io.cpp -- see limit_file_io.h.
  */
 extern "C" {
 #include "postgres.h"
@@ -13,7 +13,7 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
-#include "persist/limits_file.h"
+#include "persist/limit_file_io.h"
 #include "persist/map_io.h"
 #include "ptrack/limit_file.h"
 #include "core/shared_state.h"
