@@ -42,7 +42,7 @@ my %KNOWN_FILES = map { $_ => 1 } qw(
 # A path under one of PostgreSQL's include directories, or in its source tree
 # (src/include/..., src/backend/...), is PostgreSQL's.
 my $PG_PATH = qr{^(?:access|catalog|commands|common|lib|port|portability|postmaster|replication|
-                    storage|utils|executor|nodes|parser|tcop|src/(?:include|backend|bin|common|port))/}x;
+					storage|utils|executor|nodes|parser|tcop|src/(?:include|backend|bin|common|port))/}x;
 
 # Functions of PostgreSQL, pg_probackup and libc that the documents name.
 my %KNOWN_FUNCTIONS = map { $_ => 1 } qw(
@@ -56,36 +56,36 @@ my %KNOWN_FUNCTIONS = map { $_ => 1 } qw(
 );
 
 sub git_files {
-    my @files = split /\n/, `git ls-files`;
-    die "check-doc-refs: git ls-files failed\n" if $? != 0;
-    return grep { -f $_ } @files;
+	my @files = split /\n/, `git ls-files`;
+	die "check-doc-refs: git ls-files failed\n" if $? != 0;
+	return grep { -f $_ } @files;
 }
 
 sub slurp {
-    my ($path) = @_;
-    open(my $fh, '<', $path) or die "check-doc-refs: cannot read $path: $!\n";
-    local $/;
-    my $text = <$fh>;
-    close $fh;
-    return $text;
+	my ($path) = @_;
+	open(my $fh, '<', $path) or die "check-doc-refs: cannot read $path: $!\n";
+	local $/;
+	my $text = <$fh>;
+	close $fh;
+	return $text;
 }
 
 my @tracked = git_files();
 my (%by_name, %by_suffix);
 for my $path (@tracked) {
-    my @parts = split m{/}, $path;
-    $by_name{ $parts[-1] } = 1;
-    for my $i (0 .. $#parts) {
-        $by_suffix{ join('/', @parts[ $i .. $#parts ]) } = 1;
-    }
+	my @parts = split m{/}, $path;
+	$by_name{ $parts[-1] } = 1;
+	for my $i (0 .. $#parts) {
+		$by_suffix{ join('/', @parts[ $i .. $#parts ]) } = 1;
+	}
 }
 
 sub file_exists {
-    my ($token) = @_;
-    $token =~ s{^(\./|\.\./|/)+}{};
-    return 1 if $KNOWN_FILES{$token} || $token =~ $PG_PATH;
-    return $by_suffix{$token} if $token =~ m{/};
-    return $by_name{$token};
+	my ($token) = @_;
+	$token =~ s{^(\./|\.\./|/)+}{};
+	return 1 if $KNOWN_FILES{$token} || $token =~ $PG_PATH;
+	return $by_suffix{$token} if $token =~ m{/};
+	return $by_name{$token};
 }
 
 my @problems;
@@ -94,61 +94,61 @@ my @problems;
 
 my @documents = grep { m{^(README\.md|docs/.*\.md|bench/RESULTS\.md)$} } @tracked;
 my @sources = grep {
-    m{^(src|include|t|scripts|bench|debian)/} || $_ eq 'Makefile'
+	m{^(src|include|t|scripts|bench|debian)/} || $_ eq 'Makefile'
 } @tracked;
 @sources = grep { !m{\.(md|out|sql|patch)$} && !m{^t/.*\.(conf)$} } @sources;
 
 for my $path (@documents, @sources) {
-    my $line_no = 0;
-    for my $line (split /\n/, slurp($path)) {
-        $line_no++;
-        next if $line =~ /^\s*#\s*include\s/;
-        while ($line =~ m{([A-Za-z0-9_.\-/*\$\{\}:]*[A-Za-z0-9_]\.(?:cpp|h|pl|pm|sh|sql|md))(?![A-Za-z0-9_])}g) {
-            my $token = $1;
-            next if $token =~ /[*\$\{\}]/;                 # a pattern or a variable
-            $token =~ s/^.*://;                             # "file:line", "path:path"
-            next if $token =~ m{^(https?:|//)} || $line =~ m{https?://\S*\Q$token\E};
-            next if $token =~ m{^\.[a-z]+$};              # ".sql", a suffix
-            push @problems, "$path:$line_no: names \"$token\", which is no file of the repository"
-                unless file_exists($token);
-        }
-    }
+	my $line_no = 0;
+	for my $line (split /\n/, slurp($path)) {
+		$line_no++;
+		next if $line =~ /^\s*#\s*include\s/;
+		while ($line =~ m{([A-Za-z0-9_.\-/*\$\{\}:]*[A-Za-z0-9_]\.(?:cpp|h|pl|pm|sh|sql|md))(?![A-Za-z0-9_])}g) {
+			my $token = $1;
+			next if $token =~ /[*\$\{\}]/;                 # a pattern or a variable
+			$token =~ s/^.*://;                             # "file:line", "path:path"
+			next if $token =~ m{^(https?:|//)} || $line =~ m{https?://\S*\Q$token\E};
+			next if $token =~ m{^\.[a-z]+$};              # ".sql", a suffix
+			push @problems, "$path:$line_no: names \"$token\", which is no file of the repository"
+				unless file_exists($token);
+		}
+	}
 }
 
 # ---- functions -----------------------------------------------------------------
 
 my $code = join("\n", map { slurp($_) } grep {
-    m{^(src|include|t|scripts)/} || m{^ptrack--.*\.sql$}
+	m{^(src|include|t|scripts)/} || m{^ptrack--.*\.sql$}
 } grep { !m{\.md$} } @tracked);
 my %seen_in_code;
 
 for my $path (grep { m{^(README\.md|docs/.*\.md)$} } @tracked) {
-    my $line_no = 0;
-    for my $line (split /\n/, slurp($path)) {
-        $line_no++;
-        while ($line =~ /`(?:[A-Za-z_][A-Za-z0-9_]*::)*([A-Za-z_][A-Za-z0-9_]*)\(\)`/g) {
-            my $name = $1;
-            next if $KNOWN_FUNCTIONS{$name};
-            $seen_in_code{$name} //= ($code =~ /\b\Q$name\E\s*\(/) ? 1 : 0;
-            push @problems, "$path:$line_no: names $name(), which the sources neither define nor call"
-                unless $seen_in_code{$name};
-        }
-        # "`name()` in" a path: that file must define it.
-        while ($line =~ m{`(?:[A-Za-z_][A-Za-z0-9_]*::)*([A-Za-z_][A-Za-z0-9_]*)\(\)` in `?([A-Za-z0-9_./]+\.(?:cpp|h))}g) {
-            my ($name, $file) = ($1, $2);
-            my @matches = grep { $_ eq $file || m{/\Q$file\E$} } @tracked;
-            next unless @matches == 1;
-            push @problems, "$path:$line_no: places $name() in $file, which does not define it"
-                unless slurp($matches[0]) =~ /^[A-Za-z].*\b\Q$name\E\s*\(/m;
-        }
-    }
+	my $line_no = 0;
+	for my $line (split /\n/, slurp($path)) {
+		$line_no++;
+		while ($line =~ /`(?:[A-Za-z_][A-Za-z0-9_]*::)*([A-Za-z_][A-Za-z0-9_]*)\(\)`/g) {
+			my $name = $1;
+			next if $KNOWN_FUNCTIONS{$name};
+			$seen_in_code{$name} //= ($code =~ /\b\Q$name\E\s*\(/) ? 1 : 0;
+			push @problems, "$path:$line_no: names $name(), which the sources neither define nor call"
+				unless $seen_in_code{$name};
+		}
+		# "`name()` in" a path: that file must define it.
+		while ($line =~ m{`(?:[A-Za-z_][A-Za-z0-9_]*::)*([A-Za-z_][A-Za-z0-9_]*)\(\)` in `?([A-Za-z0-9_./]+\.(?:cpp|h))}g) {
+			my ($name, $file) = ($1, $2);
+			my @matches = grep { $_ eq $file || m{/\Q$file\E$} } @tracked;
+			next unless @matches == 1;
+			push @problems, "$path:$line_no: places $name() in $file, which does not define it"
+				unless slurp($matches[0]) =~ /^[A-Za-z].*\b\Q$name\E\s*\(/m;
+		}
+	}
 }
 
 if (@problems) {
-    print STDERR "check-doc-refs: $_\n" for @problems;
-    print STDERR "check-doc-refs: ", scalar(@problems), " reference(s) to nothing: fix the text (or, for a name "
-        . "outside this repository, add it to the lists in scripts/check-doc-refs.pl)\n";
-    exit 1;
+	print STDERR "check-doc-refs: $_\n" for @problems;
+	print STDERR "check-doc-refs: ", scalar(@problems), " reference(s) to nothing: fix the text (or, for a name "
+		. "outside this repository, add it to the lists in scripts/check-doc-refs.pl)\n";
+	exit 1;
 }
 print STDERR "check-doc-refs: every file and function the docs and comments name exists\n";
 exit 0;
