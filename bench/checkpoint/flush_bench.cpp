@@ -3,22 +3,24 @@
  * checkpoint, outside the server, for map sizes and amounts of change that a
  * test server cannot reach (bench/checkpoint_cost.sh runs it).
  *
- * It links the engine (every .cpp file of src/engine/) and repeats, step by
- * step, what src/pg/persist/map_save.cpp does in flush_map():
+ * It links the engine (every .cpp file of src/engine/) and calls the same
+ * functions as src/pg/persist/map_save.cpp does in flush_map()
+ * (ptrack/map_flush.h), with a sink that times its pwrite() calls; around
+ * them, the file handling of map_save.cpp with plain POSIX calls:
  *
  *   full   write_full_map(): ptrack.map.tmp opened O_RDWR|O_CREAT|O_TRUNC;
- *          per 64 KB chunk, a slot-by-slot copy with atomic loads into a
- *          chunk buffer, its CRC-32C, a pwrite at its place; then the chunk
- *          CRC table, the 512-byte header (map_file_encode_header), fsync,
+ *          map_file_write() (per 64 KB chunk, a slot-by-slot copy with
+ *          atomic loads into a chunk buffer, its CRC-32C, a pwrite at its
+ *          place; then the chunk CRC table, the 512-byte header); fsync,
  *          close; durable_rename() as PostgreSQL does it (fsync the old name,
  *          fsync the existing target, rename, fsync the new name, fsync the
  *          directory); then the delta file is removed.
  *   delta  append_delta(): ptrack.map.delta opened O_WRONLY|O_CREAT (and
- *          O_TRUNC for the first batch after a full flush); delta_collect()
- *          from the threshold into a 64 Ki-entry buffer, CRC-32C of the
- *          entries, pwrite, until the region is scanned; the 64-byte batch
- *          header (delta_encode_batch_header) at the batch's start; fsync;
- *          close; for the first batch, fsync of the directory.
+ *          O_TRUNC for the first batch after a full flush);
+ *          delta_write_batch() (delta_collect() from the threshold into a
+ *          64 Ki-entry buffer, CRC-32C of the entries, pwrite, until the
+ *          region is scanned; the 64-byte batch header at the batch's
+ *          start); fsync; close; for the first batch, fsync of the directory.
  *
  * Not reproduced: flush_map()'s wait for marks in progress before the copy
  * (wait_for_marks_in_progress(), src/pg/capture/capture.h): nothing marks the map
@@ -67,6 +69,7 @@
 #include "ptrack/map.h"
 #include "ptrack/map_delta.h"
 #include "ptrack/map_file.h"
+#include "ptrack/map_flush.h"
 
 namespace {
 
@@ -102,6 +105,12 @@ uint32_t crc32c_update(uint32_t crc, const void* data, size_t len)
 uint32_t crc32c(const void* data, size_t len)
 {
     return crc32c_update(0xFFFFFFFFu, data, len) ^ 0xFFFFFFFFu;
+}
+
+/* The engine's Crc32cUpdateFn: continued, not finalised. */
+uint32_t crc32c_continue(uint32_t crc, const void* data, size_t len)
+{
+    return crc32c_update(crc, data, len);
 }
 
 [[noreturn]] void fail(const char* what, const std::string& path)
@@ -160,6 +169,24 @@ struct Phases {
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
+/* The engine's writes: pwrite() into one file, timed; a failed write ends the bench. */
+class TimedSink final : public ptrack::FlushSink {
+public:
+    TimedSink(int fd, const std::string& path) : fd_(fd), path_(path) {}
+    bool write(const void* data, size_t len, uint64_t offset) noexcept override
+    {
+        const auto t = Clock::now();
+        write_at(fd_, data, len, offset, path_);
+        write_ms += ms_since(t);
+        return true;
+    }
+    double write_ms = 0;
+
+private:
+    int fd_;
+    const std::string& path_;
+};
+
 ptrack::MapFileHeader flush_header(const MapGeometry& geometry, Lsn redo)
 {
     ptrack::MapFileHeader h{};
@@ -183,34 +210,17 @@ Phases full_flush(const Map& map, const std::string& dir, uint32_t chunk_bytes, 
     const auto start = Clock::now();
     const std::string tmp = dir + "/" + ptrack::kMapTempFileName;
     const std::string target = dir + "/" + ptrack::kMapFileName;
-    const MapGeometry& geometry = map.geometry();
-    ptrack::MapFileHeader header = flush_header(geometry, 2);
+    ptrack::MapFileHeader header = flush_header(map.geometry(), 2);
     header.chunk_bytes = chunk_bytes;
-    const uint64_t chunks = ptrack::map_file_chunk_count(geometry, chunk_bytes);
-    const uint64_t data_offset = ptrack::map_file_data_offset(chunks);
 
     const int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (fd < 0)
         fail("cannot create", tmp);
-    for (uint64_t c = 0; c < chunks; ++c) {
-        auto t = Clock::now();
-        const uint64_t len = ptrack::map_file_chunk_length(geometry, chunk_bytes, c);
-        const auto* src = reinterpret_cast<const uint64_t*>(map.region() + c * chunk_bytes);
-        auto* dst = reinterpret_cast<uint64_t*>(chunk_buffer);
-        for (uint64_t i = 0; i < len / sizeof(uint64_t); ++i)
-            dst[i] = ptrack::load_lsn(&src[i]);
-        crcs[c] = crc32c(chunk_buffer, len);
-        ph.cpu_ms += ms_since(t);
-        t = Clock::now();
-        write_at(fd, chunk_buffer, len, data_offset + c * chunk_bytes, tmp);
-        ph.write_ms += ms_since(t);
-    }
+    TimedSink sink(fd, tmp);
     auto t = Clock::now();
-    uint8_t header_bytes[ptrack::kMapFileHeaderBytes];
-    ptrack::map_file_encode_header(header, crc32c, header_bytes);
-    write_at(fd, crcs, data_offset - ptrack::kMapFileHeaderBytes, ptrack::kMapFileHeaderBytes, tmp);
-    write_at(fd, header_bytes, sizeof(header_bytes), 0, tmp);
-    ph.write_ms += ms_since(t);
+    ph.bytes = ptrack::map_file_write(map, header, crc32c, chunk_buffer, crcs, sink);
+    ph.write_ms = sink.write_ms;
+    ph.cpu_ms = ms_since(t) - sink.write_ms;
     t = Clock::now();
     if (fsync(fd) != 0)
         fail("cannot fsync", tmp);
@@ -222,7 +232,6 @@ Phases full_flush(const Map& map, const std::string& dir, uint32_t chunk_bytes, 
         fail("cannot remove", delta);
     ph.sync_ms += ms_since(t);
     ph.total_ms = ms_since(start);
-    ph.bytes = ptrack::map_file_bytes(geometry, chunk_bytes);
     return ph;
 }
 
@@ -236,36 +245,21 @@ Phases delta_flush(const Map& map, Lsn threshold, const std::string& dir, DeltaE
     const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0)
         fail("cannot open", path);
-    const uint64_t entries_offset = ptrack::kDeltaBatchHeaderBytes;
-    const uint64_t words = ptrack::region_words(map.geometry());
-    uint64_t next_word = 0;
-    uint64_t count = 0;
-    uint32_t crc = 0xFFFFFFFFu;
-    while (next_word < words) {
-        auto t = Clock::now();
-        const size_t n = ptrack::delta_collect(map, threshold, &next_word, entries, kDeltaBufferEntries);
-        crc = crc32c_update(crc, entries, n * sizeof(DeltaEntry));
-        ph.cpu_ms += ms_since(t);
-        t = Clock::now();
-        write_at(fd, entries, n * sizeof(DeltaEntry), entries_offset + count * sizeof(DeltaEntry), path);
-        ph.write_ms += ms_since(t);
-        count += n;
-    }
-    crc ^= 0xFFFFFFFFu;
+    ptrack::DeltaBatchPlan plan{};
+    plan.threshold = threshold;
+    plan.base_id = header.base_id;
+    plan.sequence = 1;
+    plan.batch_offset = 0;
+    /* Measured whatever its size; beyond delta_max_entries() the server writes the whole map instead. */
+    plan.max_entries = ~uint64_t{0};
+    plan.buffer = entries;
+    plan.capacity = kDeltaBufferEntries;
+    TimedSink sink(fd, path);
+    bool too_big = false;
     auto t = Clock::now();
-    ptrack::DeltaBatchHeader batch{};
-    batch.base_id = header.base_id;
-    batch.sequence = 1;
-    batch.flags = header.flags;
-    batch.entry_count = count;
-    batch.covered_lsn = header.covered_lsn;
-    batch.init_lsn = header.init_lsn;
-    batch.timeline = header.timeline;
-    batch.entries_crc = crc;
-    uint8_t raw[ptrack::kDeltaBatchHeaderBytes];
-    ptrack::delta_encode_batch_header(batch, crc32c, raw);
-    write_at(fd, raw, sizeof(raw), 0, path);
-    ph.write_ms += ms_since(t);
+    ph.bytes = ptrack::delta_write_batch(map, header, plan, crc32c, crc32c_continue, sink, &too_big);
+    ph.write_ms = sink.write_ms;
+    ph.cpu_ms = ms_since(t) - sink.write_ms;
     t = Clock::now();
     if (fsync(fd) != 0)
         fail("cannot fsync", path);
@@ -274,8 +268,7 @@ Phases delta_flush(const Map& map, Lsn threshold, const std::string& dir, DeltaE
     fsync_name(dir, true);
     ph.sync_ms += ms_since(t);
     ph.total_ms = ms_since(start);
-    ph.bytes = ptrack::kDeltaBatchHeaderBytes + count * sizeof(DeltaEntry);
-    ph.entries = count;
+    ph.entries = (ph.bytes - ptrack::kDeltaBatchHeaderBytes) / sizeof(DeltaEntry);
     return ph;
 }
 

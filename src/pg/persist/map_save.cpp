@@ -38,6 +38,7 @@ extern "C" {
 #include "persist/map_persistence.h"
 #include "ptrack/map_delta.h"
 #include "ptrack/map_file.h"
+#include "ptrack/map_flush.h"
 
 namespace ptrack::pg {
 
@@ -55,12 +56,30 @@ struct SaveState {
     uint32_t* crcs;
     DeltaEntry* entries;
 };
-PTRACK_FRAME_SAFE(SaveState, MapFileHeader, DeltaBatchHeader, DeltaEntry);
-PTRACK_ENGINE_NOEXCEPT(&Map::region, &MapGeometry::region_bytes, &load_lsn, &region_words, &placement_fingerprint,
-                       &map_file_chunk_count, &map_file_data_offset, &map_file_chunk_length, &map_file_bytes,
-                       &map_file_encode_header, &delta_encode_batch_header, &delta_collect);
+/* The engine's writes (ptrack/map_flush.h) go to a file opened here. */
+class FileSink final : public FlushSink {
+public:
+    explicit FileSink(int fd) : fd_(fd) {}
+    bool write(const void* data, size_t len, uint64_t offset) noexcept override { return write_at(fd_, data, len, offset); }
+
+private:
+    int fd_;
+};
+
+PTRACK_FRAME_SAFE(SaveState, MapFileHeader, DeltaEntry, DeltaBatchPlan, FileSink);
+PTRACK_ENGINE_NOEXCEPT(&MapGeometry::region_bytes, &placement_fingerprint, &map_file_chunk_count,
+                       &map_file_data_offset, &map_file_write, &delta_write_batch, &delta_max_entries,
+                       &flush_wants_full);
 SaveState save_state;
 constexpr size_t kDeltaBufferEntries = 64 * 1024;
+
+/* PostgreSQL's CRC-32C continued, unfinalised (the engine's Crc32cUpdateFn). */
+uint32_t crc32c_update(uint32_t crc, const void* data, size_t len)
+{
+    pg_crc32c value = crc;
+    COMP_CRC32C(value, data, len);
+    return value;
+}
 
 void fill_header(const SavePoint& point, MapFileHeader* header)
 {
@@ -89,30 +108,14 @@ void fill_header(const SavePoint& point, MapFileHeader* header)
 uint64_t write_full_map(const MapFileHeader& header)
 {
     SaveState& ss = save_state;
-    const MapGeometry& geometry = header.geometry;
-    const uint64_t chunks = map_file_chunk_count(geometry, kMapFileChunkBytes);
-    const uint64_t data_offset = map_file_data_offset(chunks);
-
     const int fd = OpenTransientFile(kMapTempFileName, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
     if (fd < 0) {
         warn_save_failed("its map", "create", kMapTempFileName);
         return 0;
     }
-    bool ok = true;
-    for (uint64_t c = 0; c < chunks && ok; ++c) {
-        /* Copy slot by slot with atomic loads: others may keep marking meanwhile. */
-        const uint64_t len = map_file_chunk_length(geometry, kMapFileChunkBytes, c);
-        const auto* src = reinterpret_cast<const uint64_t*>(map.region() + c * kMapFileChunkBytes);
-        auto* dst = reinterpret_cast<uint64_t*>(ss.chunk_buffer);
-        for (uint64_t i = 0; i < len / sizeof(uint64_t); ++i)
-            dst[i] = load_lsn(&src[i]);
-        ss.crcs[c] = crc32c(ss.chunk_buffer, len);
-        ok = write_at(fd, ss.chunk_buffer, len, data_offset + c * kMapFileChunkBytes);
-    }
-    uint8_t header_bytes[kMapFileHeaderBytes];
-    map_file_encode_header(header, crc32c, header_bytes);
-    ok = ok && write_at(fd, ss.crcs, data_offset - kMapFileHeaderBytes, kMapFileHeaderBytes) &&
-         write_at(fd, header_bytes, sizeof(header_bytes), 0) && pg_fsync(fd) == 0;
+    FileSink sink(fd);
+    const uint64_t bytes = map_file_write(map, header, crc32c, ss.chunk_buffer, ss.crcs, sink);
+    bool ok = bytes != 0 && pg_fsync(fd) == 0;
     if (!ok)
         warn_save_failed("its map", "write", kMapTempFileName);
     if (CloseTransientFile(fd) != 0 && ok) {
@@ -121,7 +124,7 @@ uint64_t write_full_map(const MapFileHeader& header)
     }
     if (!ok || !rename_for_save(kMapTempFileName, kMapFileName, "its map"))
         return 0;
-    return map_file_bytes(geometry, kMapFileChunkBytes);
+    return bytes;
 }
 
 /*
@@ -140,39 +143,21 @@ uint64_t append_delta(const MapFileHeader& header, Lsn threshold, bool* too_big)
         warn_save_failed("its map", "open", kMapDeltaFileName);
         return 0;
     }
-    const uint64_t batch_offset = ss.delta_bytes;
-    const uint64_t entries_offset = batch_offset + kDeltaBatchHeaderBytes;
-    uint64_t next_word = 0;
-    uint64_t count = 0;
-    pg_crc32c crc;
-    INIT_CRC32C(crc);
-    bool ok = true;
-    const uint64_t max_entries = header.geometry.region_bytes() / 2 / sizeof(DeltaEntry);
-    while (ok && next_word < region_words(header.geometry)) {
-        const size_t n = delta_collect(map, threshold, &next_word, ss.entries, kDeltaBufferEntries);
-        if (count + n > max_entries) {
-            *too_big = true;
-            CloseTransientFile(fd);
-            return 0;
-        }
-        COMP_CRC32C(crc, ss.entries, n * sizeof(DeltaEntry));
-        ok = write_at(fd, ss.entries, n * sizeof(DeltaEntry), entries_offset + count * sizeof(DeltaEntry));
-        count += n;
+    DeltaBatchPlan plan{};
+    plan.threshold = threshold;
+    plan.base_id = ss.base_id;
+    plan.sequence = ss.sequence + 1;
+    plan.batch_offset = ss.delta_bytes;
+    plan.max_entries = delta_max_entries(header.geometry);
+    plan.buffer = ss.entries;
+    plan.capacity = kDeltaBufferEntries;
+    FileSink sink(fd);
+    const uint64_t written = delta_write_batch(map, header, plan, crc32c, crc32c_update, sink, too_big);
+    if (*too_big) {
+        CloseTransientFile(fd);
+        return 0;
     }
-    FIN_CRC32C(crc);
-
-    DeltaBatchHeader batch{};
-    batch.base_id = ss.base_id;
-    batch.sequence = ss.sequence + 1;
-    batch.flags = header.flags;
-    batch.entry_count = count;
-    batch.covered_lsn = header.covered_lsn;
-    batch.init_lsn = header.init_lsn;
-    batch.timeline = header.timeline;
-    batch.entries_crc = crc;
-    uint8_t raw[kDeltaBatchHeaderBytes];
-    delta_encode_batch_header(batch, crc32c, raw);
-    ok = ok && write_at(fd, raw, sizeof(raw), batch_offset) && pg_fsync(fd) == 0;
+    bool ok = written != 0 && pg_fsync(fd) == 0;
     if (!ok)
         warn_save_failed("its map", "write", kMapDeltaFileName);
     if (CloseTransientFile(fd) != 0 && ok) {
@@ -185,7 +170,6 @@ uint64_t append_delta(const MapFileHeader& header, Lsn threshold, bool* too_big)
     if (!ok)
         return 0;
     ss.sequence++;
-    const uint64_t written = kDeltaBatchHeaderBytes + count * sizeof(DeltaEntry);
     ss.delta_bytes += written;
     return written;
 }
@@ -272,7 +256,7 @@ bool flush_map(const SavePoint& point)
     MapFileHeader header{};
     fill_header(point, &header);
 
-    bool full = !ss.have_threshold || ss.force_full || ss.delta_bytes > shared->geometry.region_bytes() / 4;
+    bool full = flush_wants_full(ss.have_threshold, ss.force_full, ss.delta_bytes, shared->geometry);
     uint64_t written = 0;
     if (!full) {
         bool too_big = false;
