@@ -75,7 +75,35 @@ struct RestartInfo {
     char reason[256];
 };
 
-/* The header of ptrack's shared memory; the map region follows, 64-byte aligned. */
+/*
+ * The header of ptrack's shared memory; the map region follows, 64-byte
+ * aligned.  What protects each group of fields, and in which order a writer
+ * publishes them (a reader that sees the later store with an acquire load
+ * sees the earlier ones):
+ *
+ *  - fixed at start: geometry and fresh_init_floor.  Written by the
+ *    postmaster in load_map() (startup/map_load.cpp) before any other
+ *    process exists; fork() publishes them; read-only afterwards.  No lock.
+ *  - the resume point: loaded_covered_lsn, loaded_timeline,
+ *    presized_redo_lsn, restored_scan_from, restored_scan_end,
+ *    resume_at_scan_end.  Written by the postmaster at start; afterwards
+ *    written and read only by the process that saves the map (wal: the
+ *    follower, which consumes the scan fields once and resumes from the
+ *    others when it restarts; hooks: the checkpointer reads
+ *    loaded_covered_lsn and never writes it).  One process at a time, so
+ *    plain loads and stores.
+ *  - init_lsn: any process, with atomics only: it goes from 0 to a value
+ *    once (compare-exchange, init_lsn() and the follower's fresh start) and
+ *    otherwise only forward (atomic_max_lsn(), restart_tracking_at()).
+ *    Release on every store, acquire on every load.
+ *  - restart_count (relaxed atomic counter) and last_restart (its spinlock
+ *    `mutex`): any process that restarts tracking, counter first.
+ *  - follower: FollowerProgress, one writer (the follower); the marks of a
+ *    record are stored before applied_lsn is published past it, and the
+ *    marks of a walk before walk_done (release stores), so a backend that
+ *    reads either with an acquire load finds those marks in the map.
+ *  - save_stats: SaveStats, a sequence lock with one writer (below).
+ */
 struct SharedState {
     uint64_t init_lsn; /* atomic; LSN from which tracking is complete, 0 until established */
     MapGeometry geometry;
