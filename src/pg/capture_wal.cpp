@@ -31,8 +31,16 @@
  *
  * Errors: the main loop catches a PostgreSQL ERROR (sigsetjmp, as every
  * auxiliary process does), reports it, frees what the attempt allocated and
- * starts over; an ERROR while reading the WAL restarts tracking, since marks
- * may be missing.  No C++ object with a destructor lives in these frames.
+ * starts over after a pause (1 s, doubling up to 30 s): a persistent error
+ * (no free replication slot, max_replication_slots) costs two log lines per
+ * pause, never a spin.  An ERROR while reading the WAL restarts tracking,
+ * since marks may be missing.  An ERROR before the start is established is
+ * published (FollowerStartError, shared_state.h): ptrack_status() shows it
+ * as off_reason, and the SQL functions fail at once with it.  SIGTERM
+ * (shutdown, or the checkpointer releasing the slot) is obeyed at the top of
+ * every loop and after every ERROR, before anything is retried: the
+ * follower saves what it applied and exits.  No C++ object with a
+ * destructor lives in these frames.
  */
 extern "C" {
 #include "postgres.h"
@@ -464,6 +472,85 @@ int apply_available(int budget)
     return applied;
 }
 
+/* --- errors before the start, slot releases, exit ------------------------------- */
+
+/*
+ * Publishes `edata`, an ERROR raised before the start was established, as
+ * the reason the follower cannot start (shared_state.h).
+ */
+void record_start_error(const ErrorData* edata)
+{
+    FollowerStartError& e = shared->follower_start_error;
+    const TimestampTz now = GetCurrentTimestamp();
+    SpinLockAcquire(&e.mutex);
+    e.time = now;
+    e.sqlerrcode = edata->sqlerrcode;
+    strlcpy(e.message, edata->message != NULL ? edata->message : "no message", sizeof(e.message));
+    strlcpy(e.hint, edata->hint != NULL ? edata->hint : "", sizeof(e.hint));
+    SpinLockRelease(&e.mutex);
+}
+
+/* The follower has started: nothing prevents it any more. */
+void clear_start_error()
+{
+    FollowerStartError& e = shared->follower_start_error;
+    SpinLockAcquire(&e.mutex);
+    e.time = 0;
+    SpinLockRelease(&e.mutex);
+}
+
+/*
+ * Called on SIGTERM, before the exit's save advances the slot: if the slot
+ * holds more WAL than max_slot_wal_keep_size allows, the checkpointer sent
+ * the signal to release it (InvalidatePossiblyObsoleteSlot() in slot.c
+ * terminates the slot's holder): count it for ptrack_status() and say what
+ * follows.  Nothing is lost: the save makes the map complete up to
+ * follower.next and the restarted follower resumes there; the slot is
+ * invalidated only if that is still beyond the limit.
+ */
+void note_slot_release()
+{
+    if (max_slot_wal_keep_size_mb < 0 || MyReplicationSlot == NULL || !follower.started)
+        return;
+    const Lsn restart = slot_restart_lsn();
+    if (restart == InvalidXLogRecPtr)
+        return;
+    const WALAvailability availability = GetWALAvailability(restart);
+    if (availability != WALAVAIL_UNRESERVED && availability != WALAVAIL_REMOVED)
+        return;
+    __atomic_add_fetch(&shared->follower.slot_releases, 1, __ATOMIC_ACQ_REL);
+    ereport(LOG, (errmsg("ptrack WAL follower stops to release its replication slot \"%s\", which keeps more WAL "
+                         "than max_slot_wal_keep_size (%d MB) allows",
+                         kFollowerSlotName, max_slot_wal_keep_size_mb),
+                  errdetail("It saves the map complete up to %X/%X, moves the slot there and resumes from it; "
+                            "the slot is invalidated (and tracking restarts) only if that is still too far "
+                            "behind.",
+                            PTRACK_LSN_ARGS(follower.next)),
+                  errhint("Give max_slot_wal_keep_size at least twice max_wal_size: each release costs a save "
+                          "of the whole map.")));
+}
+
+/*
+ * On SIGTERM: saves what was applied (once: if that save raises an ERROR,
+ * the handler comes back here and the process exits without it; the saved
+ * map and the slot then still cover everything up to the previous save),
+ * releases the slot and exits with code 1 (the postmaster restarts the
+ * follower unless the server is shutting down).  Never returns.
+ */
+void exit_follower()
+{
+    static bool exit_save_tried = false;
+    if (!exit_save_tried) {
+        exit_save_tried = true;
+        note_slot_release();
+        if (follower.started && follower.next > follower.saved)
+            save_map();
+    }
+    if (MyReplicationSlot != NULL)
+        ReplicationSlotRelease();
+    proc_exit(1);
+}
+
 /* --- the main loop -------------------------------------------------------------- */
 
 void sleep_until_woken()
@@ -504,6 +591,14 @@ void follow()
         error_context_stack = NULL;
         HOLD_INTERRUPTS();
         EmitErrorReport();
+        if (!follower.started) {
+            /* Not in ErrorContext, which FlushErrorState() resets. */
+            MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+            ErrorData* edata = CopyErrorData();
+            MemoryContextSwitchTo(old);
+            record_start_error(edata);
+            FreeErrorData(edata);
+        }
         /* What an auxiliary process releases after an ERROR: locks, waits, files, scans. */
         LWLockReleaseAll();
         ConditionVariableCancelSleep();
@@ -515,6 +610,9 @@ void follow()
         close_reader();
         FlushErrorState();
         RESUME_INTERRUPTS();
+        /* A stop request is obeyed before anything is retried (retrying first spun on a persistent error). */
+        if (shutdown_requested)
+            exit_follower();
         if (was_reading && follower.started) {
             restart_after_read_error();
             error_backoff_s = 1;
@@ -527,18 +625,13 @@ void follow()
     PG_exception_stack = &local_sigjmp_buf;
 
     for (;;) {
+        if (shutdown_requested)
+            exit_follower();
         if (!follower.started) {
             establish_start();
+            clear_start_error();
             publish(&shared->follower.applied_lsn, follower.next);
             error_backoff_s = 1;
-        }
-        if (shutdown_requested) {
-            if (follower.next > follower.saved)
-                save_map();
-            if (MyReplicationSlot != NULL)
-                ReplicationSlotRelease();
-            /* Exit code 1: the postmaster restarts the follower unless it is shutting down. */
-            proc_exit(1);
         }
         follower.reading = true;
         const int applied = apply_available(1000);
@@ -621,11 +714,69 @@ void register_wal_follower()
                             "off.")));
 }
 
+/*
+ * The end of the last WAL record inserted before the call, flushed (primary),
+ * or of the last record replayed (standby): what the follower must have
+ * applied before an answer.  Not the flush position: the WAL writer flushes
+ * whole pages, so the flush position may lie inside a record (one that
+ * crosses a page boundary), and the follower, which applies whole records,
+ * stops before it.  Nothing else need flush that record soon (a record of a
+ * transaction without an xid that aborts, such as the page pruning of a
+ * cancelled query, sets no asynchronous-commit LSN): the caller then waited
+ * until the next running-transactions record (15 s) had it flushed.  A
+ * flush costs one fsync when there is WAL to flush, none otherwise.
+ */
+Lsn freshness_target()
+{
+    if (RecoveryInProgress())
+        return GetXLogReplayRecPtr(NULL);
+    /* The insert position is the start of the next record: a record boundary. */
+    Lsn insert = GetXLogInsertRecPtr();
+    XLogFlush(insert);
+    /*
+     * At the start of a page, it points past the page header; a record that
+     * ends at the page boundary ends before the header (its EndRecPtr, as
+     * the follower publishes it).
+     */
+    const uint64_t in_segment = XLogSegmentOffset(insert, wal_segment_size);
+    if (in_segment == SizeOfXLogLongPHD)
+        insert -= SizeOfXLogLongPHD;
+    else if (insert % XLOG_BLCKSZ == SizeOfXLogShortPHD && in_segment > XLOG_BLCKSZ)
+        insert -= SizeOfXLogShortPHD;
+    return insert;
+}
+
+/* If the follower is failing to start: an ERROR saying why, with its hint (the follower keeps retrying). */
+void fail_if_follower_cannot_start()
+{
+    FollowerStartError& e = shared->follower_start_error;
+    char message[sizeof(e.message)];
+    char hint[sizeof(e.hint)];
+    SpinLockAcquire(&e.mutex);
+    const TimestampTz since = e.time;
+    memcpy(message, e.message, sizeof(message));
+    memcpy(hint, e.hint, sizeof(hint));
+    SpinLockRelease(&e.mutex);
+    if (since == 0)
+        return;
+    message[sizeof(message) - 1] = '\0';
+    hint[sizeof(hint) - 1] = '\0';
+    /* The follower's own hint names the fix (ReplicationSlotCreate(): "Free one or increase max_replication_slots."). */
+    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                    errmsg("ptrack's WAL follower cannot start: %s", message),
+                    errdetail("Change tracking is not running. The follower retries at least every 30 s and "
+                              "tracking starts once it succeeds (ptrack_status() shows the reason meanwhile)."),
+                    hint[0] != '\0' ? errhint("%s", hint)
+                                    : errhint("See the errors of the \"ptrack WAL follower\" process in the server "
+                                              "log.")));
+}
+
 void wait_for_follower()
 {
     if (capture_source != CaptureSourceId::kWal)
         return;
-    const Lsn target = RecoveryInProgress() ? GetXLogReplayRecPtr(NULL) : GetFlushRecPtr(NULL);
+    fail_if_follower_cannot_start();
+    const Lsn target = freshness_target();
     /* A size walk that starts after this point sees every extension made before the call. */
     const uint64_t walk = __atomic_add_fetch(&shared->follower.walk_requested, 1, __ATOMIC_ACQ_REL);
     const TimestampTz start = GetCurrentTimestamp();
@@ -637,6 +788,9 @@ void wait_for_follower()
             return;
         if (void* latch = __atomic_load_n(&shared->follower.latch, __ATOMIC_ACQUIRE))
             SetLatch(static_cast<Latch*>(latch));
+        /* A follower that fails to start meanwhile: say so now, not after the timeout. */
+        if (init == 0)
+            fail_if_follower_cannot_start();
         if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), wal_wait_timeout_ms))
             ereport(ERROR,
                     (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -658,10 +812,12 @@ void wait_for_follower()
 
 using namespace ptrack::pg;
 
-/* ptrack_status() shows no follower PID once it has exited, however it exits. */
+/* ptrack_status() shows no follower PID once it has exited, however it exits; nobody sets its latch. */
 static void clear_follower_pid(int, Datum)
 {
     __atomic_store_n(&shared->follower.pid, 0, __ATOMIC_RELEASE);
+    /* The latch is in this process's PGPROC, which another process gets next: waiters must not set it. */
+    __atomic_store_n(&shared->follower.latch, static_cast<void*>(nullptr), __ATOMIC_RELEASE);
 }
 
 void ptrack_wal_follower_main(Datum)

@@ -144,6 +144,7 @@ void ptrack_shmem_startup()
     if (!found) {
         memset(static_cast<void*>(state), 0, sizeof(SharedState));
         SpinLockInit(&state->last_restart.mutex);
+        SpinLockInit(&state->follower_start_error.mutex);
         state->init_lsn = 0;
         state->geometry = geometry;
         /* load_map() fills the region from the file, or clears it. */
