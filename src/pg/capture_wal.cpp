@@ -731,19 +731,21 @@ Lsn freshness_target()
     if (RecoveryInProgress())
         return GetXLogReplayRecPtr(NULL);
     /* The insert position is the start of the next record: a record boundary. */
-    Lsn insert = GetXLogInsertRecPtr();
-    XLogFlush(insert);
+    Lsn end = GetXLogInsertRecPtr();
     /*
-     * At the start of a page, it points past the page header; a record that
-     * ends at the page boundary ends before the header (its EndRecPtr, as
-     * the follower publishes it).
+     * At the start of a page, it points past the page header, which may not
+     * exist yet (after a WAL switch: XLogFlush() of it raises "xlog flush
+     * request ... is not satisfied"); a record that ends at the page
+     * boundary ends before the header (its EndRecPtr, as the follower
+     * publishes it).
      */
-    const uint64_t in_segment = XLogSegmentOffset(insert, wal_segment_size);
+    const uint64_t in_segment = XLogSegmentOffset(end, wal_segment_size);
     if (in_segment == SizeOfXLogLongPHD)
-        insert -= SizeOfXLogLongPHD;
-    else if (insert % XLOG_BLCKSZ == SizeOfXLogShortPHD && in_segment > XLOG_BLCKSZ)
-        insert -= SizeOfXLogShortPHD;
-    return insert;
+        end -= SizeOfXLogLongPHD;
+    else if (end % XLOG_BLCKSZ == SizeOfXLogShortPHD && in_segment > XLOG_BLCKSZ)
+        end -= SizeOfXLogShortPHD;
+    XLogFlush(end);
+    return end;
 }
 
 /* If the follower is failing to start: an ERROR saying why, with its hint (the follower keeps retrying). */
