@@ -790,9 +790,8 @@ void wait_for_follower()
             return;
         if (void* latch = __atomic_load_n(&shared->follower.latch, __ATOMIC_ACQUIRE))
             SetLatch(static_cast<Latch*>(latch));
-        /* A follower that fails to start meanwhile: say so now, not after the timeout. */
-        if (init == 0)
-            fail_if_follower_cannot_start();
+        /* A follower (a restarted one too) that fails to start meanwhile: say so now, not after the timeout. */
+        fail_if_follower_cannot_start();
         if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), wal_wait_timeout_ms))
             ereport(ERROR,
                     (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
