@@ -16,6 +16,11 @@ SELECT capture IN ('hooks', 'wal') AS status_works FROM ptrack_status;
 SELECT has_function_privilege('public', 'ptrack_status()', 'EXECUTE') AS public_can_execute,
        has_table_privilege('public', 'ptrack_status', 'SELECT') AS public_can_select;
 
+-- 2.2 -> 2.3 checks the schema (public is safe on a PostgreSQL 15 cluster) and documents the arguments
+ALTER EXTENSION ptrack UPDATE TO '2.3';
+SELECT extversion, ptrack_version() FROM pg_extension WHERE extname = 'ptrack';
+SELECT obj_description('ptrack_get_pagemapset(pg_lsn)'::regprocedure, 'pg_proc') LIKE 'start_lsn pg_lsn: %' AS documented;
+
 -- a plain CREATE EXTENSION installs the default version through the update path
 DROP EXTENSION ptrack;
 CREATE EXTENSION ptrack;
