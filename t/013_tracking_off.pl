@@ -64,10 +64,10 @@ my $init_before = init_lsn($node);
 
 my @functions = (
 	[ 'ptrack_init_lsn()', 'SELECT ptrack_init_lsn()' ],
-	[ "ptrack_get_pagemapset('0/1')", "SELECT count(*) FROM ptrack_get_pagemapset('0/1')" ],
-	[ 'ptrack_get_pagemapset(NULL)', 'SELECT count(*) FROM ptrack_get_pagemapset(NULL)' ],
-	[ "ptrack_get_change_stat('0/1')", "SELECT * FROM ptrack_get_change_stat('0/1')" ],
-	[ 'ptrack_get_change_stat(NULL)', 'SELECT * FROM ptrack_get_change_stat(NULL)' ]);
+	[ "public.ptrack_get_pagemapset('0/1'::pg_lsn)", "SELECT count(*) FROM public.ptrack_get_pagemapset('0/1'::pg_lsn)" ],
+	[ 'public.ptrack_get_pagemapset(NULL::pg_lsn)', 'SELECT count(*) FROM public.ptrack_get_pagemapset(NULL::pg_lsn)' ],
+	[ "public.ptrack_get_change_stat('0/1'::pg_lsn)", "SELECT * FROM public.ptrack_get_change_stat('0/1'::pg_lsn)" ],
+	[ 'public.ptrack_get_change_stat(NULL::pg_lsn)', 'SELECT * FROM public.ptrack_get_change_stat(NULL::pg_lsn)' ]);
 
 # Every function but ptrack_version() fails with $message (in database $db).
 sub functions_refuse
@@ -288,7 +288,7 @@ functions_refuse('not preloaded, after LOAD', $not_loaded, 'db2', "LOAD 'ptrack'
 LOAD 'ptrack';
 SELECT ptrack_version();
 SELECT ptrack_init_lsn();
-SELECT count(*) FROM ptrack_get_pagemapset('0/1');
+SELECT count(*) FROM public.ptrack_get_pagemapset('0/1'::pg_lsn);
 SELECT 'still here';
 }, on_error_stop => 0);
 like($out, qr/^2\.3\nstill here$/, 'not preloaded: the session survives LOAD and the failed calls');
@@ -322,7 +322,7 @@ if (capture_mode() eq 'hooks')
 	cmp_ok(lsn_to_int($init_again), '>', lsn_to_int($L_unloaded),
 		"preloaded again: the new ptrack_init_lsn() $init_again is later than the end of the run "
 		  . "without ptrack ($L_unloaded)");
-	($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('$L_before')");
+	($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM public.ptrack_get_pagemapset('$L_before'::pg_lsn)");
 	like($err, qr/ERROR:  start_lsn \Q$L_before\E is older than ptrack_init_lsn\(\) \Q$init_again\E/,
 		'preloaded again: an L from before the run without ptrack is refused');
 }

@@ -611,9 +611,15 @@ void remove_map_files()
 
 void load_map(SharedState* state, Map* map)
 {
-    /* A temporary file is a flush that never completed: the map file, if any, is the last good one. */
-    if (unlink(kMapTempFileName) == 0)
-        ereport(LOG, (errmsg("ptrack removed leftover temporary map file \"%s\"", kMapTempFileName)));
+    /*
+     * A temporary file is a save that never completed: the file it was to
+     * replace, if any, is the last good one.  (ptrack.sizes.new is judged
+     * once the map is: growth_settle_files() below.)
+     */
+    const char* const temporaries[] = {kMapTempFileName, kLimitTempFileName};
+    for (const char* temp : temporaries)
+        if (unlink(temp) == 0)
+            ereport(LOG, (errmsg("ptrack removed leftover temporary file \"%s\"", temp)));
 
     ControlFileData* control = read_control_file();
     state->fresh_init_floor = fresh_wal_init_floor(control);
@@ -623,10 +629,14 @@ void load_map(SharedState* state, Map* map)
     state->resume_at_scan_end = false;
     const int fd = OpenTransientFile(kMapFileName, O_RDONLY | PG_BINARY);
     if (fd < 0) {
+        const int open_errno = errno;
         struct stat st;
         const char* reason = nullptr;
-        if (errno != ENOENT)
-            reason = "it could not be opened";
+        char reason_text[160];
+        if (open_errno != ENOENT) {
+            snprintf(reason_text, sizeof(reason_text), "it could not be opened: %s", strerror(open_errno));
+            reason = reason_text;
+        }
         else if (stat(kMapDeltaFileName, &st) == 0)
             reason = "it is missing while \"ptrack.map.delta\" exists (was it deleted?)";
         start_fresh(state, map, control, reason, false);
@@ -661,6 +671,8 @@ void load_map(SharedState* state, Map* map)
     }
     /* Marks a crash lost with nothing else to restore them (bypass.h); whatever map is in use. */
     bypass_journal_apply(map);
+    /* The sizes that go with the map in use: a trusted one's, or those recorded before recovery. */
+    growth_settle_files(state->loaded_covered_lsn != 0 ? state->loaded_covered_lsn : state->presized_redo_lsn);
     if (control != nullptr)
         pfree(control);
 }
