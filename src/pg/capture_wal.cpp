@@ -406,9 +406,10 @@ void start_fresh(Lsn start, Lsn floor, bool with_record_ending_at_start)
     shared->resume_at_scan_end = false;
     /* Reading from `start` skips a record that ends exactly there (wal_records.h). */
     const bool scanned = scan_end != 0 && start <= scan_end;
-    const Lsn read_from = scanned ? Min(start, scan_from)
-                          : with_record_ending_at_start || no_record_ends_at(start, wal_segment_size) ? start
-                                                                                                       : start + 1;
+    const Lsn read_from = with_record_ending_at_start                  ? start
+                          : scanned                                    ? Min(start, scan_from)
+                          : no_record_ends_at(start, wal_segment_size) ? start
+                                                                       : start + 1;
     Lsn walked;
     if (presized != 0 && start <= Max(presized, scanned ? scan_end : 0) && growth_load(presized)) {
         walked = presized;
@@ -423,7 +424,7 @@ void start_fresh(Lsn start, Lsn floor, bool with_record_ending_at_start)
     const Lsn fresh_init = Max(Max(read_from, floor), walked);
     follower.next = start;
     follower.next_is_record_end = false;
-    follower.read_record_ending_at_next = with_record_ending_at_start && !scanned;
+    follower.read_record_ending_at_next = with_record_ending_at_start;
     follower.started = true;
     follower.save_due = true; /* a first save makes the fresh map resumable */
     uint64_t expected = 0;
