@@ -142,8 +142,9 @@ void archive_segment_open(XLogReaderState* reader, XLogSegNo segno, TimeLineID* 
                      errmsg("ptrack could not restore WAL segment \"%s\" from the archive: %s", name, why),
                      errdetail("The WAL follower reads the WAL since the base backup's redo LSN, which is no longer "
                                "in pg_wal."),
-                     errhint("Check restore_command. ptrack_init_lsn() is set later instead: the next backup must "
-                             "be a full backup.")));
+                     errhint("Check restore_command. Unless the server is shutting down (which stops the command), "
+                             "tracking restarts at a later ptrack_init_lsn(): the next backup must be a full "
+                             "backup.")));
         ereport(LOG, (errmsg("ptrack WAL follower restored WAL segment \"%s\" from the archive", name)));
         return;
     }
