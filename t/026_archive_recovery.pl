@@ -1,6 +1,6 @@
 # Copyright (c) the ptrack authors
 #
-# 028_archive_recovery.pl -- a server restored from a base backup whose WAL
+# 026_archive_recovery.pl -- a server restored from a base backup whose WAL
 # comes only from an archive, through restore_command (pg_probackup's
 # ARCHIVE mode), tracks from the backup's redo LSN, so the restored backup
 # can parent the next incremental backup (issue 18 item 5; docs/design.md

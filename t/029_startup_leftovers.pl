@@ -1,6 +1,6 @@
 # Copyright (c) the ptrack authors
 #
-# 033_startup_leftovers.pl -- what ptrack finds in the data directory and the
+# 029_startup_leftovers.pl -- what ptrack finds in the data directory and the
 # configuration at startup (issue 18, item 4):
 #
 #   1. leftover temporary files (a save that crashed or failed between its

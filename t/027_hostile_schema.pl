@@ -1,6 +1,6 @@
 # Copyright (c) the ptrack authors
 #
-# 031_hostile_schema.pl -- a role that can create objects in ptrack's schema
+# 027_hostile_schema.pl -- a role that can create objects in ptrack's schema
 # must not be able to answer a backup tool instead of ptrack (issue 18,
 # item 3; README "Schema safety").
 #

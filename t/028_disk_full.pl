@@ -1,6 +1,6 @@
 # Copyright (c) the ptrack authors
 #
-# 032_disk_full.pl -- the map cannot be saved for lack of space (issue 18,
+# 028_disk_full.pl -- the map cannot be saved for lack of space (issue 18,
 # items 4 and "disk full" of the standing adversarial tests).
 #
 # A full disk is simulated without privileges by the file size limit
