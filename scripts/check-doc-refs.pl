@@ -52,7 +52,7 @@ my %KNOWN_FUNCTIONS = map { $_ => 1 } qw(
   pg_create_physical_replication_slot pg_stat_file pg_read_binary_file
   pg_ls_dir pg_walfile_name txid_current now count sum max min
   stat fsync rename unlink read write pread pwrite lseek open close
-  ProcessSyncRequests BufferSync RelationCopyStorage smgrextend smgrwrite
+  ProcessSyncRequests BufferSync RelationCopyStorage smgrextend smgrwrite FuncnameGetCandidates
 );
 
 sub git_files {
