@@ -23,6 +23,11 @@
 -- ptrack needs a superuser, so the installing role is one.  README.md,
 -- "Schema safety".
 -- ---------------------------------------------------------------------------
+-- Every name in the DO blocks below is pg_catalog-qualified (functions,
+-- and operators whose argument types have no exact match there): a
+-- function or operator planted earlier in this schema (format(text, text)
+-- beats pg_catalog.format(text, VARIADIC "any") for those arguments) would
+-- otherwise run as the superuser running this script.
 DO $ptrack_schema_check$
 DECLARE
     target oid;
@@ -38,7 +43,7 @@ BEGIN
     SELECT n.nspname,
            EXISTS (SELECT 1 FROM pg_catalog.aclexplode(
                        COALESCE(n.nspacl, pg_catalog.acldefault('n', n.nspowner))) a
-                   WHERE a.grantee = 0 AND a.privilege_type = 'CREATE')
+                   WHERE a.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid AND a.privilege_type = 'CREATE')
       INTO target_name, public_may_create
       FROM pg_catalog.pg_namespace n WHERE n.oid = target;
     -- Every role that may create there: the owner, the grantees, and their
@@ -52,32 +57,38 @@ BEGIN
     IF public_may_create OR creators IS NOT NULL THEN
         RAISE EXCEPTION 'ptrack refuses schema "%": roles other than superusers can create objects in it', target_name
             USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = CASE WHEN public_may_create
-                                THEN format('PUBLIC (every role) has CREATE on schema "%s".', target_name)
-                                ELSE format('These roles can create objects in schema "%s": %s.', target_name, creators)
-                           END
-                           || ' Such a role could create a function with the name of one of ptrack''s that a'
-                           || ' backup tool''s call reaches instead, and the backup would silently miss blocks.',
-                  HINT = format('Install ptrack into a schema of its own: CREATE SCHEMA ptrack; CREATE EXTENSION ptrack'
-                                || ' WITH SCHEMA ptrack (for an update: ALTER EXTENSION ptrack SET SCHEMA ptrack, then'
-                                || ' update). Or take CREATE away: REVOKE CREATE ON SCHEMA %s FROM PUBLIC (and from the'
-                                || ' roles named), with ALTER SCHEMA %s OWNER TO a superuser if its owner is not one.',
-                                pg_catalog.quote_ident(target_name), pg_catalog.quote_ident(target_name));
+                  DETAIL = pg_catalog.format('%s Such a role could create a function with the name of one of'
+                                             ' ptrack''s that a backup tool''s call reaches instead, and the'
+                                             ' backup would silently miss blocks.',
+                               CASE WHEN public_may_create
+                                    THEN pg_catalog.format('PUBLIC (every role) has CREATE on schema "%s".',
+                                                           target_name)
+                                    ELSE pg_catalog.format('These roles can create objects in schema "%s": %s.',
+                                                           target_name, creators)
+                               END),
+                  HINT = pg_catalog.format('Install ptrack into a schema of its own: CREATE SCHEMA ptrack; CREATE'
+                                           ' EXTENSION ptrack WITH SCHEMA ptrack (for an update: ALTER EXTENSION'
+                                           ' ptrack SET SCHEMA ptrack, then update). Or take CREATE away: REVOKE'
+                                           ' CREATE ON SCHEMA %s FROM PUBLIC (and from the roles named), with ALTER'
+                                           ' SCHEMA %s OWNER TO a superuser if its owner is not one.',
+                                           pg_catalog.quote_ident(target_name), pg_catalog.quote_ident(target_name));
     END IF;
     -- A function named like ptrack's already there that is not ptrack's
     -- (planted before the schema was made safe): a caller could reach it.
-    SELECT pg_catalog.string_agg(p.oid::pg_catalog.regprocedure::text, ', ' ORDER BY p.oid)
+    SELECT pg_catalog.string_agg(p.oid::pg_catalog.regprocedure::pg_catalog.text, ', ' ORDER BY p.oid)
       INTO strangers
       FROM pg_catalog.pg_proc p
      WHERE p.pronamespace = target AND p.proname OPERATOR(pg_catalog.~~) 'ptrack\_%'
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
-                        WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid = p.oid
-                          AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass::pg_catalog.oid
+                          AND d.objid = p.oid
+                          AND d.refclassid OPERATOR(pg_catalog.=)
+                              'pg_catalog.pg_extension'::pg_catalog.regclass::pg_catalog.oid
                           AND d.deptype = 'e');
     IF strangers IS NOT NULL THEN
         RAISE EXCEPTION 'ptrack refuses schema "%": it holds functions named like ptrack''s that are not ptrack''s', target_name
             USING ERRCODE = 'duplicate_function',
-                  DETAIL = format('Not part of the extension: %s.', strangers),
+                  DETAIL = pg_catalog.format('Not part of the extension: %s.', strangers),
                   HINT = 'Find out who created them and why, drop them, then retry.';
     END IF;
 END
@@ -99,8 +110,10 @@ DECLARE
     function_acl aclitem[];
     grant_row record;
 BEGIN
-    SELECT relacl INTO view_acl FROM pg_class WHERE oid = 'ptrack_status'::regclass;
-    SELECT proacl INTO function_acl FROM pg_proc WHERE oid = 'ptrack_status()'::regprocedure;
+    SELECT relacl INTO view_acl FROM pg_catalog.pg_class
+     WHERE oid OPERATOR(pg_catalog.=) 'ptrack_status'::pg_catalog.regclass::pg_catalog.oid;
+    SELECT proacl INTO function_acl FROM pg_catalog.pg_proc
+     WHERE oid OPERATOR(pg_catalog.=) 'ptrack_status()'::pg_catalog.regprocedure::pg_catalog.oid;
     DROP VIEW ptrack_status;
     DROP FUNCTION ptrack_status();
     CREATE FUNCTION ptrack_status(
@@ -134,19 +147,21 @@ BEGIN
     REVOKE EXECUTE ON FUNCTION ptrack_status() FROM PUBLIC;
     REVOKE ALL ON ptrack_status FROM PUBLIC;
     FOR grant_row IN
-        SELECT a.grantee, a.privilege_type, a.is_grantable FROM aclexplode(view_acl) a
+        SELECT a.grantee, a.privilege_type, a.is_grantable FROM pg_catalog.aclexplode(view_acl) a
          WHERE a.grantee <> a.grantor
     LOOP
-        EXECUTE format('GRANT %s ON ptrack_status TO %s%s', grant_row.privilege_type,
-                       CASE WHEN grant_row.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(grant_row.grantee)) END,
+        EXECUTE pg_catalog.format('GRANT %s ON ptrack_status TO %s%s', grant_row.privilege_type,
+                       CASE WHEN grant_row.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+                            ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(grant_row.grantee)) END,
                        CASE WHEN grant_row.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
     END LOOP;
     FOR grant_row IN
-        SELECT a.grantee, a.privilege_type, a.is_grantable FROM aclexplode(function_acl) a
+        SELECT a.grantee, a.privilege_type, a.is_grantable FROM pg_catalog.aclexplode(function_acl) a
          WHERE a.grantee <> a.grantor
     LOOP
-        EXECUTE format('GRANT %s ON FUNCTION ptrack_status() TO %s%s', grant_row.privilege_type,
-                       CASE WHEN grant_row.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(grant_row.grantee)) END,
+        EXECUTE pg_catalog.format('GRANT %s ON FUNCTION ptrack_status() TO %s%s', grant_row.privilege_type,
+                       CASE WHEN grant_row.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+                            ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(grant_row.grantee)) END,
                        CASE WHEN grant_row.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
     END LOOP;
 END

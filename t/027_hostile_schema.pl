@@ -24,6 +24,10 @@
 #      role can no longer create the impostor.
 #   3. a role granted CREATE on public (not PUBLIC): refused, naming it.
 #
+# In case 1 the role also plants format() functions that would make it a
+# superuser if an unqualified call in the install or update scripts (run
+# by a superuser, with the schema in search_path) resolved to them.
+#
 # Works with both capture sources.
 
 use strict;
@@ -71,6 +75,7 @@ RETURNS TABLE (path text, pagecount bigint, pagemap bytea)
 LANGUAGE sql AS $$ SELECT NULL::text, NULL::bigint, NULL::bytea WHERE false $$;
 };
 
+my ($rc, $out, $err);
 $node->safe_psql('postgres', q{
 CREATE ROLE mallory LOGIN;
 CREATE ROLE backup LOGIN;
@@ -83,7 +88,20 @@ CREATE DATABASE granted;
 
 # What pg_upgrade keeps from PostgreSQL 14 and older.
 $node->safe_psql('upgraded', 'GRANT CREATE ON SCHEMA public TO PUBLIC');
-my ($rc, $out, $err) = psql_su('upgraded', 'CREATE EXTENSION ptrack');
+# The scripts run as a superuser with public in search_path: a function of
+# mallory's that an unqualified call in them resolved to (format(text, text)
+# beats pg_catalog.format(text, VARIADIC "any")) would make mallory a
+# superuser.  Every call in the scripts is qualified.
+($rc, $out, $err) = psql_as('mallory', 'upgraded', q{
+CREATE FUNCTION public.format(text, text) RETURNS text LANGUAGE plpgsql
+AS $$ BEGIN EXECUTE 'ALTER ROLE mallory SUPERUSER'; RETURN 'x'; END $$;
+CREATE FUNCTION public.format(text, text, text) RETURNS text LANGUAGE plpgsql
+AS $$ BEGIN EXECUTE 'ALTER ROLE mallory SUPERUSER'; RETURN 'x'; END $$;
+CREATE FUNCTION public.format(text, text, text, text) RETURNS text LANGUAGE plpgsql
+AS $$ BEGIN EXECUTE 'ALTER ROLE mallory SUPERUSER'; RETURN 'x'; END $$;
+});
+is($rc, 0, 'mallory plants format() functions in public') or diag $err;
+($rc, $out, $err) = psql_su('upgraded', 'CREATE EXTENSION ptrack');
 note "CREATE EXTENSION ptrack, PUBLIC may create in public:\n$err";
 isnt($rc, 0, 'public where PUBLIC may create: CREATE EXTENSION ptrack fails');
 like($err,
@@ -123,6 +141,8 @@ like($err, qr/ptrack refuses schema "public": roles other than superusers can cr
 	'... saying why');
 
 $node->safe_psql('upgraded', 'REVOKE CREATE ON SCHEMA public FROM PUBLIC');
+# A grant that the update carries over (ptrack_status is created again): its loop calls format().
+$node->safe_psql('upgraded', 'GRANT SELECT ON ptrack_status TO backup');
 ($rc, $out, $err) = psql_su('upgraded', 'ALTER EXTENSION ptrack UPDATE');
 note "ALTER EXTENSION ptrack UPDATE, impostor present:\n$err";
 isnt($rc, 0, 'after the REVOKE, the update still fails while the impostor is there');
@@ -135,6 +155,8 @@ $node->safe_psql('upgraded', 'DROP FUNCTION public.ptrack_get_pagemapset(text)')
 is($rc, 0, 'with the impostor dropped, the update succeeds') or diag $err;
 is($node->safe_psql('upgraded', "SELECT extversion FROM pg_extension WHERE extname = 'ptrack'"),
 	'2.3', '... to 2.3');
+is($node->safe_psql('postgres', "SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'"), 'f',
+	'no call in the scripts reached mallory\'s format(): mallory is not a superuser');
 ($rc, $out, $err) = psql_as('mallory', 'upgraded', $impostor);
 isnt($rc, 0, 'mallory can no longer create the impostor');
 like($err, qr/permission denied for schema public/, '... permission denied') or diag $err;
