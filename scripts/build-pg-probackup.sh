@@ -48,14 +48,16 @@
 # written last marks a complete build; delete the directory to rebuild.
 #
 # Measured on the 2-core development VM (2026-12-02, shared with other
-# helpers' builds and tests, load average given per build), from an empty
-# cache, unpacking the PostgreSQL tarball included: see the table at the end
-# of this header (filled in by hand from the "done in" lines).
+# helpers' builds and tests), pg_probackup master ea4ff496d56c (2.5.16),
+# from an empty cache, the PostgreSQL tarball's unpacking included:
 #
-#   version  wall    CPU (user+sys)  load average at start
-#   15       (see report)
-#   17       (see report)
-#   18       (see report)
+#   version  wall    CPU (user + sys)  load average
+#   15.18    5m14s   28.8 s + 8.0 s    12.5
+#   17.11    1m41s   22.5 s + 7.1 s     6.3
+#   18.6     1m00s   22.2 s + 7.2 s     6.6
+#
+# `pg_probackup --version` prints "pg_probackup 2.5.16 (PostgreSQL 15.18)",
+# "(PostgreSQL 17.11)" and "(PostgreSQL 18.6)".
 #
 # pg_probackup's Makefile is run without -j: it races on the headers it
 # symlinks from the PostgreSQL tree.

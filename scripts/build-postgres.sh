@@ -157,6 +157,26 @@
 #     Contrib modules: amcheck, pageinspect, pg_walinspect, pg_prewarm,
 #     pg_visibility (the CREATE EXTENSIONs in t/ and scripts/, since the one
 #     build also runs the wal-mode tests).
+#   - Build time, measured on the 2-core development VM (2026-12-02, empty
+#     cache, make -j2, the 17 and 18 builds running at the same time next
+#     to other helpers' builds and test suites: load average 7-14):
+#       17.11: 74m30s wall; 11m22s user + 3m44s sys = 15m06s of CPU
+#       18.6:  74m19s wall; 11m27s user + 3m48s sys = 15m15s of CPU
+#     (the 15 build, full Debian options: 11m27s-11m57s of CPU under load
+#     10-15, 804 s wall for the lead's build at load ~5).  The high sys time
+#     is contention (context switches, page faults); an idle 2-core machine
+#     needs about CPU / 2 plus the serial configure and install steps, i.e.
+#     7-8 minutes for each of 17 and 18, 6-7 for 15.
+#   - CI budget (fresh 2-core machine, .ci/run, target under 60 minutes):
+#     server builds 15 + 17 + 18 ~ 21-23 min (about 42 min of CPU);
+#     pg_probackup for each version ~ 0.5 min of CPU each (only when a
+#     checkout is given); the suite takes ~8 min per version and mode alone,
+#     so all of it on 15, 17 and 18 in both modes (~48 min) plus the builds
+#     is ~72 min: over the target.  The plan: the whole suite in both modes
+#     on 15 and 18 (~32 min), a defined core set on 17 in both modes (~6 min),
+#     i.e. ~61 min with the builds; to get below 60, build 17 and 18 without
+#     --enable-debug (-g makes every compile slower; not measured yet)
+#     before cutting tests.
 
 set -euo pipefail
 
