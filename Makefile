@@ -30,7 +30,7 @@ endif
 
 MODULE_big = ptrack
 EXTENSION = ptrack
-DATA = ptrack--2.0.sql ptrack--2.0--2.1.sql ptrack--2.1--2.2.sql
+DATA = ptrack--2.0.sql ptrack--2.0--2.1.sql ptrack--2.1--2.2.sql ptrack--2.2--2.3.sql
 PGFILEDESC = "ptrack - block-level change tracking"
 
 ENGINE_SRCS = $(wildcard src/engine/*.cpp)

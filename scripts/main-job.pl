@@ -299,7 +299,7 @@ EOS
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	my ($files_changed, $pages_changed) = split /\|/,
 	  $node->safe_psql('postgres',
-		"SELECT files, pages FROM ptrack_get_change_stat('$l0')");
+		"SELECT files, pages FROM public.ptrack_get_change_stat('$l0'::pg_lsn)");
 	my $all_pages = 0;
 	$all_pages += $_->{nblocks}
 	  for grep { !$_->{temp} && !$_->{unlogged} } relation_files($node->data_dir);

@@ -250,7 +250,7 @@ $node->start;
 my $log = map_kept($offset, 'leftover ptrack.map.tmp');
 like(
 	$log,
-	qr/LOG:  ptrack removed leftover temporary map file "ptrack\.map\.tmp"$/m,
+	qr/LOG:  ptrack removed leftover temporary file "ptrack\.map\.tmp"$/m,
 	'leftover ptrack.map.tmp: its removal is logged');
 ok(!-e "$pgdata/ptrack.map.tmp", 'leftover ptrack.map.tmp: the file is gone');
 oracle_passes($L3, $baseline3, 'leftover ptrack.map.tmp, L3', 100);
@@ -368,7 +368,7 @@ for my $attempt (1 .. 10)
 	my $crash_log = log_since($node, $offset);
 	note "attempt $attempt: ptrack.map.tmp "
 	  . ($left ? 'was still there' : 'was already renamed') . ' right after the kill';
-	if ($crash_log =~ /ptrack removed leftover temporary map file/)
+	if ($crash_log =~ /ptrack removed leftover temporary file "ptrack\.map\.tmp"/)
 	{
 		$caught = 1;
 		last;

@@ -64,17 +64,17 @@ my $init_before = init_lsn($node);
 
 my @functions = (
 	[ 'ptrack_init_lsn()', 'SELECT ptrack_init_lsn()' ],
-	[ "ptrack_get_pagemapset('0/1')", "SELECT count(*) FROM ptrack_get_pagemapset('0/1')" ],
-	[ 'ptrack_get_pagemapset(NULL)', 'SELECT count(*) FROM ptrack_get_pagemapset(NULL)' ],
-	[ "ptrack_get_change_stat('0/1')", "SELECT * FROM ptrack_get_change_stat('0/1')" ],
-	[ 'ptrack_get_change_stat(NULL)', 'SELECT * FROM ptrack_get_change_stat(NULL)' ]);
+	[ "public.ptrack_get_pagemapset('0/1'::pg_lsn)", "SELECT count(*) FROM public.ptrack_get_pagemapset('0/1'::pg_lsn)" ],
+	[ 'public.ptrack_get_pagemapset(NULL::pg_lsn)', 'SELECT count(*) FROM public.ptrack_get_pagemapset(NULL::pg_lsn)' ],
+	[ "public.ptrack_get_change_stat('0/1'::pg_lsn)", "SELECT * FROM public.ptrack_get_change_stat('0/1'::pg_lsn)" ],
+	[ 'public.ptrack_get_change_stat(NULL::pg_lsn)', 'SELECT * FROM public.ptrack_get_change_stat(NULL::pg_lsn)' ]);
 
 # Every function but ptrack_version() fails with $message (in database $db).
 sub functions_refuse
 {
 	my ($label, $message, $db, $prefix) = @_;
 	$prefix //= '';
-	is($node->safe_psql($db, 'SELECT ptrack_version()'), '2.2', "$label: ptrack_version() works");
+	is($node->safe_psql($db, 'SELECT ptrack_version()'), '2.3', "$label: ptrack_version() works");
 	foreach my $f (@functions)
 	{
 		my ($name, $sql) = @$f;
@@ -276,7 +276,7 @@ is($ret, 0, 'not preloaded: CREATE EXTENSION works');
 like($err, qr/WARNING:  ptrack change tracking is off: ptrack is not in shared_preload_libraries\n.*\nHINT:  Add ptrack to shared_preload_libraries, set ptrack.map_size/,
 	'not preloaded: CREATE EXTENSION warns that tracking is off and says how to turn it on');
 is($node->safe_psql('db2', "SELECT extversion FROM pg_extension WHERE extname = 'ptrack'"),
-	'2.2', 'not preloaded: the extension is installed');
+	'2.3', 'not preloaded: the extension is installed');
 is($node->safe_psql('db2', 'SELECT capture, off_reason FROM ptrack_status'),
 	'off|ptrack is not in shared_preload_libraries', 'not preloaded: ptrack_status() says why tracking is off');
 functions_refuse('not preloaded, new database', $not_loaded, 'db2');
@@ -288,10 +288,10 @@ functions_refuse('not preloaded, after LOAD', $not_loaded, 'db2', "LOAD 'ptrack'
 LOAD 'ptrack';
 SELECT ptrack_version();
 SELECT ptrack_init_lsn();
-SELECT count(*) FROM ptrack_get_pagemapset('0/1');
+SELECT count(*) FROM public.ptrack_get_pagemapset('0/1'::pg_lsn);
 SELECT 'still here';
 }, on_error_stop => 0);
-like($out, qr/^2\.2\nstill here$/, 'not preloaded: the session survives LOAD and the failed calls');
+like($out, qr/^2\.3\nstill here$/, 'not preloaded: the session survives LOAD and the failed calls');
 like($err, qr/ERROR:  \Q$not_loaded\E/, 'not preloaded: the calls after LOAD fail with the same error');
 is($node->safe_psql('postgres', 'SELECT 1'), '1', 'not preloaded: the server is up');
 
@@ -322,7 +322,7 @@ if (capture_mode() eq 'hooks')
 	cmp_ok(lsn_to_int($init_again), '>', lsn_to_int($L_unloaded),
 		"preloaded again: the new ptrack_init_lsn() $init_again is later than the end of the run "
 		  . "without ptrack ($L_unloaded)");
-	($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('$L_before')");
+	($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM public.ptrack_get_pagemapset('$L_before'::pg_lsn)");
 	like($err, qr/ERROR:  start_lsn \Q$L_before\E is older than ptrack_init_lsn\(\) \Q$init_again\E/,
 		'preloaded again: an L from before the run without ptrack is refused');
 }

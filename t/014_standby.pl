@@ -123,10 +123,10 @@ is( $standby->safe_psql('postgres', 'SELECT ptrack_version()'),
 my $sb_init = init_lsn($standby);
 isnt($sb_init, '0/0', "ptrack_init_lsn() on the standby is not 0/0 ($sb_init)");
 my ($ok, $out, $err) = $standby->psql('postgres',
-	"SELECT count(*) FROM ptrack_get_pagemapset('$sb_init')");
+	"SELECT count(*) FROM public.ptrack_get_pagemapset('$sb_init'::pg_lsn)");
 is($ok, 0, 'ptrack_get_pagemapset() on the standby') or diag $err;
 ($ok, $out, $err) = $standby->psql('postgres',
-	"SELECT files >= 0 FROM ptrack_get_change_stat('$sb_init')");
+	"SELECT files >= 0 FROM public.ptrack_get_change_stat('$sb_init'::pg_lsn)");
 is("$ok $out", '0 t', 'ptrack_get_change_stat() on the standby') or diag $err;
 
 # A checkpoint record after the standby's init_lsn, so that the full

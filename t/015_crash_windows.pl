@@ -101,7 +101,7 @@ if ($mode eq 'hooks')
 	is(lsn_to_int($fresh), lsn_to_int($wal_end) + 1,
 		"fresh map after a crash: ptrack_init_lsn() $fresh is one byte past the end of the WAL $wal_end");
 	cmp_ok(lsn_to_int($fresh), '>', lsn_to_int($redo), "fresh map after a crash: it is after the redo LSN $redo");
-	my ($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('$redo')");
+	my ($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM public.ptrack_get_pagemapset('$redo'::pg_lsn)");
 	isnt($ret, 0, 'fresh map after a crash: a pagemapset from the redo LSN is refused');
 	like($err, qr/full backup/i, 'fresh map after a crash: the error says to take a full backup')
 	  or diag("psql said: $err");

@@ -91,7 +91,7 @@ note "restored server: ptrack_init_lsn() $rinit";
 
 # ---- 3. older than the restored backup: refused ------------------------------
 
-my ($rc, $out, $err) = $restored->psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('$l0')");
+my ($rc, $out, $err) = $restored->psql('postgres', "SELECT count(*) FROM public.ptrack_get_pagemapset('$l0'::pg_lsn)");
 isnt($rc, 0, "pagemapset since F's start $l0 fails on the restored server");
 like($err, qr/ERROR:  start_lsn \Q$l0\E is older than ptrack_init_lsn\(\) \Q$rinit\E/,
 	'the error says the start LSN is older than ptrack_init_lsn()');

@@ -162,7 +162,7 @@ ok(defined $warned, 'missing WAL restarts tracking with a WARNING') or diag(log_
 my $init4 = init_lsn($node);
 is($warned, $init4, "the WARNING names the LSN ptrack_init_lsn() returns ($init4)");
 cmp_ok(lsn_to_int($init4), '>', lsn_to_int($before_reset), "ptrack_init_lsn() moved past the reset: $init4");
-my ($ret, $stdout, $stderr) = $node->psql('postgres', "SELECT * FROM ptrack_get_change_stat('$before_reset')");
+my ($ret, $stdout, $stderr) = $node->psql('postgres', "SELECT * FROM public.ptrack_get_change_stat('$before_reset'::pg_lsn)");
 like($stderr, qr/start_lsn \S+ is older than ptrack_init_lsn\(\)/, 'an LSN before the reset is refused');
 
 # ---------------------------------------------------------------------------

@@ -143,17 +143,17 @@ ok(-f "$pgdata/ptrack.map", 'failing saves: ptrack.map was written again');
 
 # ---- 3. verify on a healthy cluster ------------------------------------------------
 
-my ($ret, $out, $err) = $node->psql('postgres', "SELECT path, block, page_lsn FROM ptrack_verify('$L')");
+my ($ret, $out, $err) = $node->psql('postgres', "SELECT path, block, page_lsn FROM public.ptrack_verify('$L'::pg_lsn)");
 is($ret, 0, 'verify: runs');
 is($out, '', 'verify: no block changed since L is missing from ptrack_get_pagemapset(L)')
-  or diag "ptrack_verify('$L') returned:\n$out";
+  or diag "public.ptrack_verify('$L'::pg_lsn) returned:\n$out";
 like($err, qr/NOTICE:  ptrack_verify: \d+ files, [\d.]+ MB, \d+ pages checked in [\d.]+ s: \d+ changed at or after \Q$L\E, 0 of them not listed/,
 	'verify: the summary NOTICE');
 note "ptrack_verify summary on the healthy cluster:\n$err";
 
 # Throttled: about 95 MB at 6 MB/s cannot take less than 15 s, so at least one progress NOTICE.
 ($ret, $out, $err) = $node->psql('postgres',
-	"SET ptrack.verify_max_rate = '6MB'; SELECT count(*) FROM ptrack_verify('$L')");
+	"SET ptrack.verify_max_rate = '6MB'; SELECT count(*) FROM public.ptrack_verify('$L'::pg_lsn)");
 is($out, '0', 'verify throttled: no block reported');
 like($err, qr/NOTICE:  ptrack_verify: \d+ files, \d+ MB, \d+ pages checked in \d+ s; 0 blocks not listed so far/,
 	'verify throttled: a progress NOTICE every ~10 s')
@@ -172,17 +172,17 @@ sleep 2;
 my $L_load = $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
 sleep 1;
 ($ret, $out, $err) = $node->psql('postgres',
-	"SET ptrack.verify_max_rate = '20MB'; SELECT path, block, page_lsn FROM ptrack_verify('$L_load')");
+	"SET ptrack.verify_max_rate = '20MB'; SELECT path, block, page_lsn FROM public.ptrack_verify('$L_load'::pg_lsn)");
 $bench->finish;
 is($ret, 0, 'verify under load: runs');
 is($out, '', 'verify under load: no block reported')
-  or diag "ptrack_verify('$L_load') under pgbench returned:\n$out\n$err";
+  or diag "public.ptrack_verify('$L_load'::pg_lsn) under pgbench returned:\n$out\n$err";
 note "ptrack_verify under pgbench:\n$err";
 
 # Errors like the other functions.
-($ret, $out, $err) = $node->psql('postgres', 'SELECT * FROM ptrack_verify(NULL)');
+($ret, $out, $err) = $node->psql('postgres', 'SELECT * FROM public.ptrack_verify(NULL::pg_lsn)');
 like($err, qr/ERROR:  start_lsn must not be NULL/, 'verify: NULL start_lsn is an error');
-($ret, $out, $err) = $node->psql('postgres', q{SELECT * FROM ptrack_verify('0/1')});
+($ret, $out, $err) = $node->psql('postgres', q{SELECT * FROM public.ptrack_verify('0/1'::pg_lsn)});
 like($err, qr/ERROR:  start_lsn 0\/1 is older than ptrack_init_lsn\(\).*\n(?:.*\n)*HINT:  Take a full backup/,
 	'verify: a start_lsn older than ptrack_init_lsn() is an error with a hint');
 
@@ -196,10 +196,10 @@ $node->safe_psql('postgres', 'SELECT pg_switch_wal()');
 $node->safe_psql('postgres', 'INSERT INTO churn VALUES (3)');
 my $L2 = $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
 my $relpath = $node->safe_psql('postgres', q{SELECT pg_relation_filepath('planted')});
-($ret, $out, $err) = $node->psql('postgres', "SELECT path, block FROM ptrack_verify('$L2')");
+($ret, $out, $err) = $node->psql('postgres', "SELECT path, block FROM public.ptrack_verify('$L2'::pg_lsn)");
 is($out, '', 'planted: nothing missing before the page is planted');
 my $listed = $node->safe_psql('postgres',
-	"SELECT count(*) FROM ptrack_get_pagemapset('$L2') WHERE path = '$relpath' AND get_byte(pagemap, 0) & 2 <> 0");
+	"SELECT count(*) FROM public.ptrack_get_pagemapset('$L2'::pg_lsn) WHERE path = '$relpath' AND get_byte(pagemap, 0) & 2 <> 0");
 is($listed, '0', 'planted: block 1 of the table is not listed since L2 (else the test proves nothing)');
 
 $node->stop;
@@ -219,9 +219,9 @@ $node->stop;
 	close $fh or die "close: $!";
 }
 $node->start;
-($ret, $out, $err) = $node->psql('postgres', "SELECT path, block, page_lsn FROM ptrack_verify('$L2')");
+($ret, $out, $err) = $node->psql('postgres', "SELECT path, block, page_lsn FROM public.ptrack_verify('$L2'::pg_lsn)");
 is($out, "$relpath|1|$L2", 'planted: ptrack_verify returns exactly the planted block')
-  or diag "ptrack_verify('$L2') returned:\n$out\n$err";
+  or diag "public.ptrack_verify('$L2'::pg_lsn) returned:\n$out\n$err";
 like($err, qr/, 1 of them not listed by ptrack_get_pagemapset\(\)/, 'planted: the summary counts one miss');
 note "ptrack_verify on the planted miss:\n$out\n$err";
 
@@ -238,7 +238,7 @@ $node->restart;
 is($node->safe_psql('postgres', 'SELECT capture, off_reason, map_size FROM ptrack_status'),
 	'off|ptrack.map_size is 0 (the configuration names an unknown parameter "ptrack.map_sise": misspelt?)|0',
 	'tracking off: ptrack_status says why, naming the misspelt parameter');
-($ret, $out, $err) = $node->psql('postgres', "SELECT * FROM ptrack_verify('$L2')");
+($ret, $out, $err) = $node->psql('postgres', "SELECT * FROM public.ptrack_verify('$L2'::pg_lsn)");
 like($err, qr/ERROR:  ptrack change tracking is disabled\n.*HINT:/, 'tracking off: ptrack_verify refuses with a hint');
 
 $node->stop;

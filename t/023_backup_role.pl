@@ -171,9 +171,10 @@ is( $node->safe_psql(
 	'the role block made backup: LOGIN REPLICATION, not superuser');
 for my $call (
 	'ptrack_version()', 'ptrack_init_lsn()',
-	"ptrack_get_pagemapset('0/1')", "ptrack_get_change_stat('0/1')")
+	"public.ptrack_get_pagemapset('0/1'::pg_lsn)", "public.ptrack_get_change_stat('0/1'::pg_lsn)")
 {
 	(my $fn = $call) =~ s/\(.*//;
+	$fn =~ s/^public\.//;
 	my ($rc, $out, $err) = as_backup('postgres', "SELECT * FROM $call");
 	isnt($rc, 0, "without the grants, backup cannot call $fn");
 	like($err, qr/permission denied for function \Q$fn\E\b/,
@@ -209,7 +210,7 @@ nothing_left_ok($init0, 'after the refused incremental');
 $node->safe_psql('postgres', $block{ptrack});
 my ($rc, $out, $err) = as_backup('postgres',
 	"SELECT ptrack_version(), ptrack_init_lsn() = '$init0', "
-	  . "(SELECT files >= 0 FROM ptrack_get_change_stat('$l0'))");
+	  . "(SELECT files >= 0 FROM public.ptrack_get_change_stat('$l0'::pg_lsn))");
 is("$rc $out", "0 " . $node->safe_psql('postgres', 'SELECT ptrack_version()') . '|t|t',
 	'after the ptrack block, backup calls ptrack\'s functions in schema public')
   or diag $err;
@@ -246,7 +247,7 @@ $node->safe_psql('backupdb', $block{postgresql});
 $node->safe_psql('backupdb', $block{ptrack});
 ($rc, $out, $err) = as_backup('backupdb',
 	"SELECT ptrack.ptrack_init_lsn() = '$init1', "
-	  . "(SELECT count(*) >= 0 FROM ptrack.ptrack_get_pagemapset('$l0'))");
+	  . "(SELECT count(*) >= 0 FROM ptrack.ptrack_get_pagemapset('$l0'::pg_lsn))");
 is("$rc $out", '0 t|t',
 	'after the ptrack block in backupdb, backup calls ptrack.ptrack_*()')
   or diag $err;

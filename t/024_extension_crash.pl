@@ -292,7 +292,7 @@ if ($mode eq 'hooks')
 	my $fresh = init_lsn($node);
 	cmp_ok(PtrackOracle::lsn_to_int($fresh), '>', PtrackOracle::lsn_to_int($init),
 		"crash without ptrack.sizes: ptrack_init_lsn() moved forward ($init -> $fresh)");
-	($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('$init')");
+	($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM public.ptrack_get_pagemapset('$init'::pg_lsn)");
 	isnt($ret, 0, 'crash without ptrack.sizes: a pagemapset from before the crash is refused');
 	like($err, qr/older than ptrack_init_lsn/, 'crash without ptrack.sizes: the error says why') or diag($err);
 

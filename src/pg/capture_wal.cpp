@@ -28,11 +28,26 @@
  * in a data directory restored from a base backup, the sizes map_load.cpp
  * recorded before recovery, which make the map complete from the backup's
  * redo LSN (a FULL backup on a fresh standby is then a valid parent).
+ * There the follower reads the WAL from that redo LSN even when its slot
+ * starts later (recovery's restartpoints, or its end-of-recovery checkpoint
+ * when the follower starts after recovery, removed the WAL before it):
+ * segments pg_wal no longer holds come through restore_command
+ * (wal_archive.h), and the record that ends exactly at the redo LSN is read
+ * too, so ptrack_init_lsn() is the redo LSN itself, the start LSN a backup
+ * tool gives the restored backup.
  *
  * Errors: the main loop catches a PostgreSQL ERROR (sigsetjmp, as every
  * auxiliary process does), reports it, frees what the attempt allocated and
- * starts over; an ERROR while reading the WAL restarts tracking, since marks
- * may be missing.  No C++ object with a destructor lives in these frames.
+ * starts over after a pause (1 s, doubling up to 30 s): a persistent error
+ * (no free replication slot, max_replication_slots) costs two log lines per
+ * pause, never a spin.  An ERROR while reading the WAL restarts tracking,
+ * since marks may be missing.  An ERROR before the start is established is
+ * published (FollowerStartError, shared_state.h): ptrack_status() shows it
+ * as off_reason, and the SQL functions fail at once with it.  SIGTERM
+ * (shutdown, or the checkpointer releasing the slot) is obeyed at the top of
+ * every loop and after every ERROR, before anything is retried: the
+ * follower saves what it applied and exits.  No C++ object with a
+ * destructor lives in these frames.
  */
 extern "C" {
 #include "postgres.h"
@@ -77,6 +92,7 @@ extern "C" {
 #include "limits_file.h"
 #include "map_persistence.h"
 #include "shared_state.h"
+#include "wal_archive.h"
 #include "wal_records.h"
 
 namespace ptrack::pg {
@@ -128,6 +144,8 @@ struct Follower {
     Lsn next;                               /* where reading resumes: every record ending <= next is applied */
     bool started;                           /* the start position and init_lsn are established */
     bool next_is_record_end;                /* next is the end of a record read: XLogBeginRead() can start there */
+    bool read_record_ending_at_next;        /* the record ending exactly at next must be read too (a catch-up from
+                                               a base backup's redo LSN); nothing is saved until it is */
     bool reading;                           /* an ERROR now means WAL could not be read */
     bool save_due;                          /* a checkpoint record was applied since the last save */
     Lsn saved;                              /* covered LSN of the last save */
@@ -217,6 +235,9 @@ TimeLineID current_timeline()
  */
 void save_map()
 {
+    /* A save now would claim the record ending at follower.next, not read yet (apply_available()). */
+    if (follower.read_record_ending_at_next)
+        return;
     (void) growth_walk(false);
     const SavePoint point{follower.next, follower.next};
     /* Sizes and limits before the map: a saved map is never ahead of either (file_growth.h, limits_file.h). */
@@ -271,7 +292,39 @@ const char* resume_point(Lsn covered, TimeLineID saved_tli, Lsn* out)
     return nullptr;
 }
 
-void start_fresh(Lsn start, Lsn floor);
+void start_fresh(Lsn start, Lsn floor, bool with_record_ending_at_start = false);
+
+/*
+ * A data directory restored from a base backup whose WAL pg_wal no longer
+ * holds from the backup's redo LSN (recovery restored it through
+ * restore_command, then removed it): where the follower reads from instead
+ * of its slot's position `restart`, the redo LSN, with the segments before
+ * `restart` coming from the archive (wal_archive.h); 0 when the slot's
+ * position does (the startup scan covered the redo LSN and reading goes on
+ * where it ends, or nothing was recorded before recovery) or when that WAL
+ * cannot be had (logged).  *with_previous: the record ending exactly at the
+ * redo LSN must be read too (the startup scan did not).
+ */
+Lsn catch_up_from_redo(Lsn restart, bool* with_previous)
+{
+    const Lsn presized = shared->presized_redo_lsn;
+    const Lsn scan_from = shared->restored_scan_from;
+    const Lsn scan_end = shared->restored_scan_end;
+    *with_previous = false;
+    if (presized == 0 || presized > restart)
+        return 0;
+    const bool scanned = scan_end != 0 && scan_from <= presized;
+    if (scanned && restart <= scan_end)
+        return 0; /* reading from the slot's position goes on from the scan (start_fresh()) */
+    if (const char* why = archive_catch_up_blocker(presized, restart)) {
+        ereport(LOG, (errmsg("ptrack WAL follower cannot read the WAL since the base backup's redo LSN %X/%X: %s",
+                             PTRACK_LSN_ARGS(presized), why),
+                      errdetail("ptrack_init_lsn() is established where the WAL follower starts reading.")));
+        return 0;
+    }
+    *with_previous = !scanned;
+    return presized;
+}
 
 /*
  * Establishes where reading starts and ptrack_init_lsn(): at the saved map's
@@ -292,7 +345,13 @@ void establish_start()
             problem = reason("no relation file sizes were saved with the map (%s)", why);
         if (problem == nullptr) {
             if (restart == InvalidXLogRecPtr)
-                (void) reserve_wal(); /* keep what is left; reading tells whether the WAL from `start` is there */
+                restart = reserve_wal(); /* keep what is left; reading tells whether the WAL from `start` is there */
+            /*
+             * Before the slot's position (a catch-up from a base backup's redo
+             * LSN that a restart interrupted, a branch point) pg_wal may lack
+             * segments that the archive holds (wal_archive.h).
+             */
+            archive_fallback_until(restart);
             follower.next = start;
             follower.next_is_record_end = false;
             follower.started = true;
@@ -311,7 +370,19 @@ void establish_start()
      * reading fails and tracking restarts, never silently.
      */
     const Lsn scan_end = shared->resume_at_scan_end ? shared->restored_scan_end : 0;
-    start_fresh(scan_end != 0 && scan_end < restart ? scan_end : restart, shared->fresh_init_floor);
+    bool with_previous = false;
+    const Lsn catch_up = scan_end != 0 && scan_end < restart ? 0 : catch_up_from_redo(restart, &with_previous);
+    if (catch_up != 0) {
+        archive_fallback_until(restart);
+        if (catch_up < restart)
+            ereport(LOG, (errmsg("ptrack WAL follower reads the WAL from the base backup's redo LSN %X/%X, before "
+                                 "its slot's position %X/%X; what pg_wal no longer holds comes through "
+                                 "restore_command",
+                                 PTRACK_LSN_ARGS(catch_up), PTRACK_LSN_ARGS(restart))));
+        start_fresh(catch_up, shared->fresh_init_floor, with_previous);
+    } else {
+        start_fresh(scan_end != 0 && scan_end < restart ? scan_end : restart, shared->fresh_init_floor);
+    }
     /* The WARNING names the LSN ptrack_init_lsn() now returns, not an earlier one. */
     if (restart_reason != nullptr)
         restart_tracking_at(init_lsn(), restart_reason);
@@ -322,9 +393,11 @@ void establish_start()
  * sizes on, so ptrack_init_lsn() is no earlier than the LSN of that baseline
  * (the LSN read after a walk, or the redo LSN the sizes recorded before
  * recovery belong to), nor than `floor` (map_load.cpp; UINT64_MAX: unknown,
- * take the baseline's LSN).
+ * take the baseline's LSN).  `with_record_ending_at_start`: reading begins
+ * with the record that ends exactly at `start`, if any (apply_available()),
+ * so `start` itself is proven.
  */
-void start_fresh(Lsn start, Lsn floor)
+void start_fresh(Lsn start, Lsn floor, bool with_record_ending_at_start)
 {
     /*
      * What map_load.cpp prepared before recovery serves once: the sizes, if
@@ -341,7 +414,8 @@ void start_fresh(Lsn start, Lsn floor)
     shared->resume_at_scan_end = false;
     /* Reading from `start` skips a record that ends exactly there (wal_records.h). */
     const bool scanned = scan_end != 0 && start <= scan_end;
-    const Lsn read_from = scanned                                      ? Min(start, scan_from)
+    const Lsn read_from = with_record_ending_at_start                  ? start
+                          : scanned                                    ? Min(start, scan_from)
                           : no_record_ends_at(start, wal_segment_size) ? start
                                                                        : start + 1;
     Lsn walked;
@@ -358,6 +432,7 @@ void start_fresh(Lsn start, Lsn floor)
     const Lsn fresh_init = Max(Max(read_from, floor), walked);
     follower.next = start;
     follower.next_is_record_end = false;
+    follower.read_record_ending_at_next = with_record_ending_at_start;
     follower.started = true;
     follower.save_due = true; /* a first save makes the fresh map resumable */
     uint64_t expected = 0;
@@ -374,7 +449,7 @@ void open_reader()
 {
     XLogReaderRoutine routine{};
     routine.page_read = read_local_xlog_page_no_wait;
-    routine.segment_open = wal_segment_open;
+    routine.segment_open = archive_segment_open; /* pg_wal, else the archive below its limit (wal_archive.h) */
     routine.segment_close = wal_segment_close;
     MemoryContext old = MemoryContextSwitchTo(follower.cxt);
     follower.page = static_cast<ReadLocalXLogPageNoWaitPrivate*>(palloc0(sizeof(ReadLocalXLogPageNoWaitPrivate)));
@@ -383,6 +458,8 @@ void open_reader()
     if (follower.reader == NULL)
         ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory"),
                         errdetail("ptrack could not allocate a WAL reading processor.")));
+    /* Never another cluster's WAL, e.g. from a misconfigured archive: long page headers must carry ours. */
+    follower.reader->system_identifier = GetSystemIdentifier();
 }
 
 /* Frees the reader and its open segment (also after an ERROR). */
@@ -416,6 +493,36 @@ void publish_caught_up(TimeLineID tli)
 }
 
 /*
+ * The start of the record before the one at `first` if it ends at or before
+ * `first` (the record ending exactly at a start LSN, which reading from that
+ * LSN skips), else `first`; InvalidXLogRecPtr if the WAL at `first` is not
+ * available yet.  Raises an ERROR if the WAL cannot be read: the record's
+ * changes must be marked before the start LSN is claimed.
+ */
+Lsn start_with_previous_record(XLogReaderState* reader, Lsn first)
+{
+    char* errormsg = NULL;
+    XLogBeginRead(reader, first);
+    if (XLogReadRecord(reader, &errormsg) == NULL) {
+        if (follower.page->end_of_wal)
+            return InvalidXLogRecPtr;
+        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                        errmsg("ptrack could not read the WAL record at %X/%X: %s", PTRACK_LSN_ARGS(first),
+                               errormsg != NULL ? errormsg : "no reason given")));
+    }
+    const Lsn previous = XLogRecGetPrev(reader);
+    if (previous == InvalidXLogRecPtr || previous >= first)
+        return first;
+    XLogBeginRead(reader, previous);
+    if (XLogReadRecord(reader, &errormsg) == NULL)
+        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                        errmsg("ptrack could not read the WAL record at %X/%X, before %X/%X: %s",
+                               PTRACK_LSN_ARGS(previous), PTRACK_LSN_ARGS(first),
+                               errormsg != NULL ? errormsg : "no reason given")));
+    return reader->EndRecPtr <= first ? previous : first;
+}
+
+/*
  * Applies the records available from follower.next, at most `budget` of
  * them; returns how many.  Raises an ERROR if the WAL cannot be read.
  */
@@ -437,6 +544,18 @@ int apply_available(int budget)
             ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
                             errmsg("ptrack could not find a valid WAL record at or after %X/%X",
                                    PTRACK_LSN_ARGS(follower.next))));
+        }
+        if (follower.read_record_ending_at_next) {
+            const Lsn begin = start_with_previous_record(reader, first);
+            if (begin == InvalidXLogRecPtr) {
+                publish_caught_up(reader->currTLI);
+                return 0;
+            }
+            /* A record's start is where XLogBeginRead() may begin; saves now claim no more than was read. */
+            first = begin;
+            follower.next = begin;
+            follower.next_is_record_end = true;
+            follower.read_record_ending_at_next = false;
         }
     }
     XLogBeginRead(reader, first);
@@ -464,6 +583,85 @@ int apply_available(int budget)
     return applied;
 }
 
+/* --- errors before the start, slot releases, exit ------------------------------- */
+
+/*
+ * Publishes `edata`, an ERROR raised before the start was established, as
+ * the reason the follower cannot start (shared_state.h).
+ */
+void record_start_error(const ErrorData* edata)
+{
+    FollowerStartError& e = shared->follower_start_error;
+    const TimestampTz now = GetCurrentTimestamp();
+    SpinLockAcquire(&e.mutex);
+    e.time = now;
+    e.sqlerrcode = edata->sqlerrcode;
+    strlcpy(e.message, edata->message != NULL ? edata->message : "no message", sizeof(e.message));
+    strlcpy(e.hint, edata->hint != NULL ? edata->hint : "", sizeof(e.hint));
+    SpinLockRelease(&e.mutex);
+}
+
+/* The follower has started: nothing prevents it any more. */
+void clear_start_error()
+{
+    FollowerStartError& e = shared->follower_start_error;
+    SpinLockAcquire(&e.mutex);
+    e.time = 0;
+    SpinLockRelease(&e.mutex);
+}
+
+/*
+ * Called on SIGTERM, before the exit's save advances the slot: if the slot
+ * holds more WAL than max_slot_wal_keep_size allows, the checkpointer sent
+ * the signal to release it (InvalidatePossiblyObsoleteSlot() in slot.c
+ * terminates the slot's holder): count it for ptrack_status() and say what
+ * follows.  Nothing is lost: the save makes the map complete up to
+ * follower.next and the restarted follower resumes there; the slot is
+ * invalidated only if that is still beyond the limit.
+ */
+void note_slot_release()
+{
+    if (max_slot_wal_keep_size_mb < 0 || MyReplicationSlot == NULL || !follower.started)
+        return;
+    const Lsn restart = slot_restart_lsn();
+    if (restart == InvalidXLogRecPtr)
+        return;
+    const WALAvailability availability = GetWALAvailability(restart);
+    if (availability != WALAVAIL_UNRESERVED && availability != WALAVAIL_REMOVED)
+        return;
+    __atomic_add_fetch(&shared->follower.slot_releases, 1, __ATOMIC_ACQ_REL);
+    ereport(LOG, (errmsg("ptrack WAL follower stops to release its replication slot \"%s\", which keeps more WAL "
+                         "than max_slot_wal_keep_size (%d MB) allows",
+                         kFollowerSlotName, max_slot_wal_keep_size_mb),
+                  errdetail("It saves the map complete up to %X/%X, moves the slot there and resumes from it; "
+                            "the slot is invalidated (and tracking restarts) only if that is still too far "
+                            "behind.",
+                            PTRACK_LSN_ARGS(follower.next)),
+                  errhint("Give max_slot_wal_keep_size at least twice max_wal_size: each release costs a save "
+                          "of the whole map.")));
+}
+
+/*
+ * On SIGTERM: saves what was applied (once: if that save raises an ERROR,
+ * the handler comes back here and the process exits without it; the saved
+ * map and the slot then still cover everything up to the previous save),
+ * releases the slot and exits with code 1 (the postmaster restarts the
+ * follower unless the server is shutting down).  Never returns.
+ */
+void exit_follower()
+{
+    static bool exit_save_tried = false;
+    if (!exit_save_tried) {
+        exit_save_tried = true;
+        note_slot_release();
+        if (follower.started && follower.next > follower.saved)
+            save_map();
+    }
+    if (MyReplicationSlot != NULL)
+        ReplicationSlotRelease();
+    proc_exit(1);
+}
+
 /* --- the main loop -------------------------------------------------------------- */
 
 void sleep_until_woken()
@@ -487,6 +685,7 @@ void restart_after_read_error()
 {
     const Lsn lost_from = follower.next;
     const Lsn start = reserve_wal();
+    archive_fallback_until(0); /* from now on the slot keeps what is read */
     char reason[160];
     snprintf(reason, sizeof(reason), "the WAL follower could not read the WAL from %X/%X (see the error above)",
              PTRACK_LSN_ARGS(lost_from));
@@ -504,6 +703,14 @@ void follow()
         error_context_stack = NULL;
         HOLD_INTERRUPTS();
         EmitErrorReport();
+        if (!follower.started) {
+            /* Not in ErrorContext, which FlushErrorState() resets. */
+            MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+            ErrorData* edata = CopyErrorData();
+            MemoryContextSwitchTo(old);
+            record_start_error(edata);
+            FreeErrorData(edata);
+        }
         /* What an auxiliary process releases after an ERROR: locks, waits, files, scans. */
         LWLockReleaseAll();
         ConditionVariableCancelSleep();
@@ -515,6 +722,15 @@ void follow()
         close_reader();
         FlushErrorState();
         RESUME_INTERRUPTS();
+        /*
+         * A stop request is obeyed before anything is retried (retrying first
+         * spun on a persistent error).  An ERROR the stop caused (a shutdown
+         * kills a running restore_command with the follower's process group,
+         * wal_archive.h) is no reason to restart tracking: exit_follower()
+         * saves what was applied, and the next start resumes there.
+         */
+        if (shutdown_requested)
+            exit_follower();
         if (was_reading && follower.started) {
             restart_after_read_error();
             error_backoff_s = 1;
@@ -527,18 +743,13 @@ void follow()
     PG_exception_stack = &local_sigjmp_buf;
 
     for (;;) {
+        if (shutdown_requested)
+            exit_follower();
         if (!follower.started) {
             establish_start();
+            clear_start_error();
             publish(&shared->follower.applied_lsn, follower.next);
             error_backoff_s = 1;
-        }
-        if (shutdown_requested) {
-            if (follower.next > follower.saved)
-                save_map();
-            if (MyReplicationSlot != NULL)
-                ReplicationSlotRelease();
-            /* Exit code 1: the postmaster restarts the follower unless it is shutting down. */
-            proc_exit(1);
         }
         follower.reading = true;
         const int applied = apply_available(1000);
@@ -621,11 +832,71 @@ void register_wal_follower()
                             "off.")));
 }
 
+/*
+ * The end of the last WAL record inserted before the call, flushed (primary),
+ * or of the last record replayed (standby): what the follower must have
+ * applied before an answer.  Not the flush position: the WAL writer flushes
+ * whole pages, so the flush position may lie inside a record (one that
+ * crosses a page boundary), and the follower, which applies whole records,
+ * stops before it.  Nothing else need flush that record soon (a record of a
+ * transaction without an xid that aborts, such as the page pruning of a
+ * cancelled query, sets no asynchronous-commit LSN): the caller then waited
+ * until the next running-transactions record (15 s) had it flushed.  A
+ * flush costs one fsync when there is WAL to flush, none otherwise.
+ */
+Lsn freshness_target()
+{
+    if (RecoveryInProgress())
+        return GetXLogReplayRecPtr(NULL);
+    /* The insert position is the start of the next record: a record boundary. */
+    Lsn end = GetXLogInsertRecPtr();
+    /*
+     * At the start of a page, it points past the page header, which may not
+     * exist yet (after a WAL switch: XLogFlush() of it raises "xlog flush
+     * request ... is not satisfied"); a record that ends at the page
+     * boundary ends before the header (its EndRecPtr, as the follower
+     * publishes it).
+     */
+    const uint64_t in_segment = XLogSegmentOffset(end, wal_segment_size);
+    if (in_segment == SizeOfXLogLongPHD)
+        end -= SizeOfXLogLongPHD;
+    else if (end % XLOG_BLCKSZ == SizeOfXLogShortPHD && in_segment > XLOG_BLCKSZ)
+        end -= SizeOfXLogShortPHD;
+    XLogFlush(end);
+    return end;
+}
+
+/* If the follower is failing to start: an ERROR saying why, with its hint (the follower keeps retrying). */
+void fail_if_follower_cannot_start()
+{
+    FollowerStartError& e = shared->follower_start_error;
+    char message[sizeof(e.message)];
+    char hint[sizeof(e.hint)];
+    SpinLockAcquire(&e.mutex);
+    const TimestampTz since = e.time;
+    memcpy(message, e.message, sizeof(message));
+    memcpy(hint, e.hint, sizeof(hint));
+    SpinLockRelease(&e.mutex);
+    if (since == 0)
+        return;
+    message[sizeof(message) - 1] = '\0';
+    hint[sizeof(hint) - 1] = '\0';
+    /* The follower's own hint names the fix (ReplicationSlotCreate(): "Free one or increase max_replication_slots."). */
+    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                    errmsg("ptrack's WAL follower cannot start: %s", message),
+                    errdetail("Change tracking is not running. The follower retries at least every 30 s and "
+                              "tracking starts once it succeeds (ptrack_status() shows the reason meanwhile)."),
+                    hint[0] != '\0' ? errhint("%s", hint)
+                                    : errhint("See the errors of the \"ptrack WAL follower\" process in the server "
+                                              "log.")));
+}
+
 void wait_for_follower()
 {
     if (capture_source != CaptureSourceId::kWal)
         return;
-    const Lsn target = RecoveryInProgress() ? GetXLogReplayRecPtr(NULL) : GetFlushRecPtr(NULL);
+    fail_if_follower_cannot_start();
+    const Lsn target = freshness_target();
     /* A size walk that starts after this point sees every extension made before the call. */
     const uint64_t walk = __atomic_add_fetch(&shared->follower.walk_requested, 1, __ATOMIC_ACQ_REL);
     const TimestampTz start = GetCurrentTimestamp();
@@ -637,6 +908,8 @@ void wait_for_follower()
             return;
         if (void* latch = __atomic_load_n(&shared->follower.latch, __ATOMIC_ACQUIRE))
             SetLatch(static_cast<Latch*>(latch));
+        /* A follower (a restarted one too) that fails to start meanwhile: say so now, not after the timeout. */
+        fail_if_follower_cannot_start();
         if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), wal_wait_timeout_ms))
             ereport(ERROR,
                     (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -658,10 +931,12 @@ void wait_for_follower()
 
 using namespace ptrack::pg;
 
-/* ptrack_status() shows no follower PID once it has exited, however it exits. */
+/* ptrack_status() shows no follower PID once it has exited, however it exits; nobody sets its latch. */
 static void clear_follower_pid(int, Datum)
 {
     __atomic_store_n(&shared->follower.pid, 0, __ATOMIC_RELEASE);
+    /* The latch is in this process's PGPROC, which another process gets next: waiters must not set it. */
+    __atomic_store_n(&shared->follower.latch, static_cast<void*>(nullptr), __ATOMIC_RELEASE);
 }
 
 void ptrack_wal_follower_main(Datum)

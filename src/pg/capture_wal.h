@@ -35,9 +35,11 @@ void register_wal_follower();
 
 /*
  * Freshness, in a backend, before answering for the wal source (a no-op for
- * hooks): waits until the follower has applied the WAL up to the flush
- * position (the replay position on a standby) read at the call, and until
- * ptrack_init_lsn() is established.  Raises an ERROR with a hint after
+ * hooks): on a primary, flushes the WAL up to the insert position read at
+ * the call; waits until the follower has applied the WAL up to that record
+ * boundary (the replay position on a standby), and until ptrack_init_lsn()
+ * is established.  Raises an ERROR with a hint at once if the follower is
+ * failing to start (the reason it published, shared_state.h), else after
  * ptrack.wal_wait_timeout; cancellable.  Call from C-style frames only.
  */
 void wait_for_follower();

@@ -476,6 +476,31 @@ bool growth_save_before_recovery(Lsn redo)
     return ok;
 }
 
+void growth_settle_files(Lsn covered)
+{
+    struct stat st;
+    if (stat(kSizesNewFileName, &st) != 0)
+        return;
+    char why[160] = "no map needs it";
+    bool needed = false;
+    if (covered != 0) {
+        growth_create();
+        needed = load_file(kSizesNewFileName, covered, why, sizeof(why));
+        forget_table();
+    }
+    if (needed) {
+        /* On failure durable_rename() warns, and the file stays: it is still the one the map needs. */
+        if (durable_rename(kSizesNewFileName, kSizesFileName, WARNING) == 0)
+            ereport(LOG, (errmsg("ptrack completed an interrupted save: renamed \"%s\" to \"%s\"", kSizesNewFileName,
+                                 kSizesFileName)));
+        return;
+    }
+    if (unlink(kSizesNewFileName) == 0)
+        ereport(LOG, (errmsg("ptrack removed leftover file \"%s\": %s", kSizesNewFileName, why)));
+    else if (errno != ENOENT)
+        ereport(WARNING, (errcode_for_file_access(), errmsg("could not remove file \"%s\": %m", kSizesNewFileName)));
+}
+
 void remove_sizes_files()
 {
     remove_file_if_exists(kSizesNewFileName, LOG);

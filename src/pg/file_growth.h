@@ -129,6 +129,17 @@ bool growth_prepare_save(Lsn covered);
 /* After the map save succeeded: ptrack.sizes.new becomes ptrack.sizes. */
 void growth_commit_save();
 
+/*
+ * At startup, in the postmaster, once the map is judged (map_load.cpp):
+ * settles a ptrack.sizes.new left by a save that crashed or failed between
+ * its two renames, or brought in by a copy of the data directory.  With
+ * `covered` the covered LSN of the sizes the map in use needs (0: none), a
+ * ptrack.sizes.new that is intact and saved for it replaces ptrack.sizes
+ * (the save's second rename, done now); any other is removed (LOG).  Then
+ * only ptrack.sizes counts.  C-style frame (may ERROR on out of memory).
+ */
+void growth_settle_files(Lsn covered);
+
 /* Removes ptrack.sizes and ptrack.sizes.new (tracking off); any process. */
 void remove_sizes_files();
 

@@ -59,8 +59,13 @@ const char* load_limits(uint64_t system_identifier, Lsn* covered_lsn)
         return "change tracking is off";
     (void) unlink(kLimitTempFileName); /* a save that never completed */
     const int fd = OpenTransientFile(kLimitFileName, O_RDONLY | PG_BINARY);
-    if (fd < 0)
-        return errno == ENOENT ? "it does not exist" : "it could not be opened";
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return "it does not exist";
+        static char reason_text[160]; /* valid until the next call; one caller, at startup */
+        snprintf(reason_text, sizeof(reason_text), "it could not be opened: %s", strerror(errno));
+        return reason_text;
+    }
     struct stat st;
     const char* reason = nullptr;
     uint8_t* buffer = nullptr;

@@ -164,7 +164,18 @@ bool write_file_fsynced(const char* name, const void* data, size_t len, const ch
         warn_save_failed(what, "close", name);
         ok = false;
     }
+    if (!ok)
+        discard_temp_file(name);
     return ok;
+}
+
+void discard_temp_file(const char* name)
+{
+    const int saved_errno = errno;
+    if (unlink(name) != 0 && errno != ENOENT)
+        ereport(WARNING, (errcode_for_file_access(),
+                          errmsg("ptrack could not remove file \"%s\" after a failed save: %m", name)));
+    errno = saved_errno;
 }
 
 void remove_file_if_exists(const char* name, int elevel_removed)

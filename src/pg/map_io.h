@@ -50,9 +50,17 @@ bool fsync_data_directory_for_save(const char* what);
 /*
  * Writes `len` bytes into `name` (created or truncated), fsyncs and closes
  * it: a temporary file that the caller then renames with durable_rename().
- * False after warn_save_failed(what, ...).
+ * False after warn_save_failed(what, ...), with the file removed.
  */
 bool write_file_fsynced(const char* name, const void* data, size_t len, const char* what);
+
+/*
+ * After a failed save: unlinks the temporary file `name` the save was
+ * writing, so that a partial file does not stay in the data directory (a
+ * backup would copy it) until the next successful save.  Keeps errno.
+ * Never raises an ERROR; a failed unlink is a WARNING.
+ */
+void discard_temp_file(const char* name);
 
 /* Unlinks `name` (relative to the data directory); logs at `elevel_removed` if it existed, WARNING on error. */
 void remove_file_if_exists(const char* name, int elevel_removed);

@@ -42,6 +42,7 @@ extern "C" {
 #include "ptrack/map_delta.h"
 #include "ptrack/map_file.h"
 #include "startup_scan.h"
+#include "wal_archive.h"
 #include "wal_records.h"
 
 namespace ptrack::pg {
@@ -325,7 +326,10 @@ void log_startup_scan(const StartupScan& scan, const char* what)
  * hence marks, every page changed after the redo LSN (see below), but no one
  * replays the record that ends exactly there, if any: the startup scan marks
  * it when pg_wal holds it (the backup's WAL starts with the segment of the
- * redo LSN), and everything after it while at it.  0 for pg_rewind's label.
+ * redo LSN), and everything after it while at it; when pg_wal does not (the
+ * WAL comes through restore_command: pg_probackup's ARCHIVE mode,
+ * pg_basebackup -X none), that one record is read through restore_command
+ * (mark_record_ending_at()).  0 for pg_rewind's label.
  */
 Lsn base_backup_init_lsn(const ControlFileData& control, Map* map)
 {
@@ -337,7 +341,17 @@ Lsn base_backup_init_lsn(const ControlFileData& control, Map* map)
         log_startup_scan(scan, "since the base backup's redo LSN");
         return scanned_from(scan, redo, control.xlog_seg_size);
     }
-    return no_record_ends_at(redo, control.xlog_seg_size) ? redo : redo + 1;
+    if (no_record_ends_at(redo, control.xlog_seg_size))
+        return redo;
+    if (const char* why = mark_record_ending_at(control, redo, control.checkPointCopy.ThisTimeLineID, map)) {
+        ereport(LOG, (errmsg("ptrack cannot mark the WAL record that ends at the base backup's redo LSN %X/%X: %s",
+                             PTRACK_LSN_ARGS(redo), why),
+                      errdetail("ptrack_init_lsn() is one byte past it, %X/%X.", PTRACK_LSN_ARGS(redo + 1))));
+        return redo + 1;
+    }
+    ereport(LOG, (errmsg("ptrack marked the WAL record that ends at the base backup's redo LSN %X/%X",
+                         PTRACK_LSN_ARGS(redo))));
+    return redo;
 }
 
 /*
@@ -611,9 +625,17 @@ void remove_map_files()
 
 void load_map(SharedState* state, Map* map)
 {
-    /* A temporary file is a flush that never completed: the map file, if any, is the last good one. */
-    if (unlink(kMapTempFileName) == 0)
-        ereport(LOG, (errmsg("ptrack removed leftover temporary map file \"%s\"", kMapTempFileName)));
+    /*
+     * A temporary file is a save that never completed: the file it was to
+     * replace, if any, is the last good one.  (ptrack.sizes.new is judged
+     * once the map is: growth_settle_files() below.)
+     */
+    const char* const temporaries[] = {kMapTempFileName, kLimitTempFileName};
+    for (const char* temp : temporaries)
+        if (unlink(temp) == 0)
+            ereport(LOG, (errmsg("ptrack removed leftover temporary file \"%s\"", temp)));
+    /* A segment the WAL follower restored from the archive when the server stopped (wal_archive.h). */
+    remove_archive_leftover();
 
     ControlFileData* control = read_control_file();
     state->fresh_init_floor = fresh_wal_init_floor(control);
@@ -623,10 +645,14 @@ void load_map(SharedState* state, Map* map)
     state->resume_at_scan_end = false;
     const int fd = OpenTransientFile(kMapFileName, O_RDONLY | PG_BINARY);
     if (fd < 0) {
+        const int open_errno = errno;
         struct stat st;
         const char* reason = nullptr;
-        if (errno != ENOENT)
-            reason = "it could not be opened";
+        char reason_text[160];
+        if (open_errno != ENOENT) {
+            snprintf(reason_text, sizeof(reason_text), "it could not be opened: %s", strerror(open_errno));
+            reason = reason_text;
+        }
         else if (stat(kMapDeltaFileName, &st) == 0)
             reason = "it is missing while \"ptrack.map.delta\" exists (was it deleted?)";
         start_fresh(state, map, control, reason, false);
@@ -661,6 +687,8 @@ void load_map(SharedState* state, Map* map)
     }
     /* Marks a crash lost with nothing else to restore them (bypass.h); whatever map is in use. */
     bypass_journal_apply(map);
+    /* The sizes that go with the map in use: a trusted one's, or those recorded before recovery. */
+    growth_settle_files(state->loaded_covered_lsn != 0 ? state->loaded_covered_lsn : state->presized_redo_lsn);
     if (control != nullptr)
         pfree(control);
 }

@@ -13,7 +13,8 @@
  *
  * A save must never fail the checkpoint or stop the follower: I/O failures
  * are WARNINGs naming ptrack and the consequence, and the next save writes
- * the whole map.  A file left stale is judged at startup like any other.
+ * the whole map.  A failed full save removes its partial ptrack.map.tmp at
+ * once.  A file left stale is judged at startup like any other.
  */
 extern "C" {
 #include "postgres.h"
@@ -120,8 +121,11 @@ uint64_t write_full_map(const MapFileHeader& header)
         warn_save_failed("its map", "close", kMapTempFileName);
         ok = false;
     }
-    if (!ok || !rename_for_save(kMapTempFileName, kMapFileName, "its map"))
+    if (!ok || !rename_for_save(kMapTempFileName, kMapFileName, "its map")) {
+        /* A partial map must not wait for the next successful save (a backup would copy it). */
+        discard_temp_file(kMapTempFileName);
         return 0;
+    }
     return map_file_bytes(geometry, kMapFileChunkBytes);
 }
 

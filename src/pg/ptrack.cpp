@@ -144,6 +144,7 @@ void ptrack_shmem_startup()
     if (!found) {
         memset(static_cast<void*>(state), 0, sizeof(SharedState));
         SpinLockInit(&state->last_restart.mutex);
+        SpinLockInit(&state->follower_start_error.mutex);
         state->init_lsn = 0;
         state->geometry = geometry;
         /* load_map() fills the region from the file, or clears it. */
@@ -250,6 +251,56 @@ static void check_configured_map_size(const char* raw)
 }
 
 /*
+ * The other ptrack parameters, as configured (postgresql.conf, ALTER SYSTEM,
+ * -c), read before they are defined: `name` and the text, NULL if not set.
+ * ptrack.map_size has its own check above.
+ */
+struct ConfiguredText {
+    const char* name;
+    char* text;
+};
+static ConfiguredText configured_texts[] = {{"ptrack.capture", NULL},
+                                            {"ptrack.wal_wait_timeout", NULL},
+                                            {"ptrack.verify_max_rate", NULL},
+                                            {"ptrack.use_segment_summary", NULL}};
+
+static void remember_configured_texts()
+{
+    for (ConfiguredText& setting : configured_texts) {
+        const char* text = GetConfigOption(setting.name, true, false);
+        setting.text = text != NULL ? pstrdup(text) : NULL;
+    }
+}
+
+/*
+ * PostgreSQL applies the configured value of an extension's parameter when
+ * the extension defines it, and keeps the default with only a WARNING if the
+ * value is invalid (define_custom_variable() in src/backend/utils/misc/guc.c
+ * reapplies it at WARNING), while an invalid value of its own parameters
+ * stops the server at startup ("configuration file contains errors").
+ * ptrack.capture = garbage would then start with "auto".  Refuse every
+ * invalid ptrack setting at startup like PostgreSQL's own (and like
+ * ptrack.map_size): the value is checked again, without applying it, by
+ * set_config_option() with changeVal = false.  Called once every parameter
+ * is defined.
+ */
+static void check_configured_texts()
+{
+    for (const ConfiguredText& setting : configured_texts) {
+        if (setting.text == NULL)
+            continue;
+        if (set_config_option(setting.name, setting.text, PGC_POSTMASTER, PGC_S_FILE, GUC_ACTION_SET, false,
+                              DEBUG1, false) != 0) /* 0: invalid; -1: valid, not applied */
+            continue;
+        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("invalid value for parameter \"%s\": \"%s\"", setting.name, setting.text),
+                        errdetail("The server does not start with a ptrack setting it cannot apply, as for "
+                                  "PostgreSQL's own parameters."),
+                        errhint("Correct the setting; the WARNING before this message says which values are valid.")));
+    }
+}
+
+/*
  * A misspelt ptrack.* line in the configuration (ptrack.mapsize = 64MB)
  * would leave ptrack.map_size at 0 and tracking off.  PostgreSQL itself
  * warns when MarkGUCPrefixReserved() removes such a placeholder, without the
@@ -316,6 +367,7 @@ void _PG_init(void)
     /* The text as configured, read before DefineCustomIntVariable() replaces the placeholder. */
     const char* configured = GetConfigOption("ptrack.map_size", true, false);
     char* configured_copy = configured != NULL ? pstrdup(configured) : NULL;
+    remember_configured_texts();
 
     DefineCustomIntVariable("ptrack.map_size",
                             "Size of the ptrack change map in shared memory.",
@@ -337,6 +389,7 @@ void _PG_init(void)
     warn_unknown_settings();
     MarkGUCPrefixReserved("ptrack");
     check_configured_map_size(configured_copy);
+    check_configured_texts();
     preloaded = true;
 
     prev_shmem_request_hook = shmem_request_hook;

@@ -41,6 +41,24 @@ struct FollowerProgress {
     int64_t caught_up_time;   /* atomic; TimestampTz when it last had applied all the WAL then available */
     uint32_t timeline;        /* atomic; timeline of the WAL it reads */
     int32_t pid;              /* atomic; the follower's PID, 0 when not running */
+    uint64_t slot_releases;   /* atomic; times the server stopped the follower to release its slot, which held
+                                 more WAL than max_slot_wal_keep_size allows (it saved and resumed) */
+};
+
+/*
+ * Why the WAL follower cannot start (capture_wal.cpp): the last ERROR it
+ * raised before it established where reading starts, for ptrack_status()
+ * (off_reason) and for the SQL functions, which fail at once with it instead
+ * of waiting ptrack.wal_wait_timeout for a follower that is only retrying.
+ * Cleared once the follower has started.  Written by the follower, read by
+ * backends; guarded by `mutex`.
+ */
+struct FollowerStartError {
+    slock_t mutex;
+    int64_t time;         /* TimestampTz of the ERROR; 0: none (the follower runs, or has not failed yet) */
+    int sqlerrcode;       /* its SQLSTATE */
+    char message[256];    /* its message */
+    char hint[256];       /* its hint, "" if none */
 };
 
 /*
@@ -90,6 +108,7 @@ struct SharedState {
     FollowerProgress follower;
     SaveStats save_stats;
     RestartInfo last_restart;
+    FollowerStartError follower_start_error;
 };
 
 extern SharedState* shared; /* nullptr when tracking is off */
@@ -100,7 +119,7 @@ extern int map_size_mb;     /* the ptrack.map_size GUC, in MB */
 extern bool use_segment_summary; /* developer GUC ptrack.use_segment_summary */
 extern char unknown_setting[128]; /* the first unknown ptrack.* name configured, "" if none (ptrack.cpp) */
 
-PTRACK_FRAME_SAFE(SharedState, Map, MapGeometry, SaveStats);
+PTRACK_FRAME_SAFE(SharedState, Map, MapGeometry, SaveStats, FollowerStartError);
 
 /* After a map save, by the saving process (map_save.cpp): updates SaveStats. */
 void save_stats_record_success(Lsn covered_lsn, uint64_t bytes, uint64_t duration_us, bool full) noexcept;

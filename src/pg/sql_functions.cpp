@@ -39,7 +39,7 @@ PG_FUNCTION_INFO_V1(ptrack_get_change_stat);
 #include "ptrack/pagemap.h"
 #include "shared_state.h"
 
-#define PTRACK_VERSION "2.2"
+#define PTRACK_VERSION "2.3"
 
 namespace ptrack::pg {
 

@@ -43,18 +43,21 @@ extern "C" {
 
 #include "shared_state.h"
 #include "startup_scan.h"
+#include "wal_archive.h"
 #include "wal_records.h"
 
 namespace ptrack::pg {
 
 namespace {
 
-/* What the page reader needs: one open segment of one timeline in pg_wal. */
+/* What the page reader needs: one open segment of one timeline in pg_wal (or from the archive). */
 struct PageSource {
     TimeLineID timeline;
     int segment_bytes;
     int fd;
-    XLogSegNo segno; /* of fd */
+    XLogSegNo segno;   /* of fd */
+    bool from_archive; /* a segment pg_wal lacks is restored through restore_command */
+    char why[MAXPGPATH + 128]; /* why the last segment could not be had from the archive, if it could not */
 };
 PTRACK_FRAME_SAFE(PageSource);
 
@@ -72,6 +75,11 @@ int read_page(XLogReaderState* reader, XLogRecPtr page_lsn, int, XLogRecPtr, cha
         snprintf(path, sizeof(path), XLOGDIR "/%s", name);
         source->fd = open(path, O_RDONLY | PG_BINARY, 0);
         source->segno = segno;
+        if (source->fd < 0 && errno == ENOENT && source->from_archive) {
+            source->fd = restore_segment(name, source->segment_bytes, source->why, sizeof(source->why));
+            if (source->fd >= 0)
+                ereport(LOG, (errmsg("ptrack restored WAL segment \"%s\" from the archive", name)));
+        }
         if (source->fd < 0)
             return -1;
     }
@@ -242,7 +250,7 @@ const char* scan_wal_at_startup(const ControlFileData& control, Lsn from, TimeLi
     if (newer_timeline_exists(timeline, &newer))
         return reason("the WAL has moved to timeline %u since it was saved on timeline %u", newer, timeline);
 
-    PageSource source{timeline, segment_bytes, -1, 0};
+    PageSource source{timeline, segment_bytes, -1, 0, false, ""};
     XLogReaderRoutine routine{};
     routine.page_read = read_page; /* whole pages from pg_wal; no segment_open: WALRead() is never called */
     XLogReaderState* reader = XLogReaderAllocate(segment_bytes, NULL, &routine, &source);
@@ -302,6 +310,57 @@ const char* scan_wal_at_startup(const ControlFileData& control, Lsn from, TimeLi
         scan->truncations = sink.truncations();
     }
     sink.release();
+    return why;
+}
+
+const char* mark_record_ending_at(const ControlFileData& control, Lsn lsn, TimeLineID timeline, Map* map)
+{
+    const int segment_bytes = static_cast<int>(control.xlog_seg_size);
+    if (!IsValidWalSegSize(segment_bytes))
+        return "pg_control gives an invalid WAL segment size";
+    if (!restore_command_set())
+        return "restore_command is not set";
+    PageSource source{timeline, segment_bytes, -1, 0, true, ""};
+    XLogReaderRoutine routine{};
+    routine.page_read = read_page;
+    XLogReaderState* reader = XLogReaderAllocate(segment_bytes, NULL, &routine, &source);
+    if (reader == NULL)
+        return "the WAL reader could not be allocated (out of memory)";
+    reader->system_identifier = control.system_identifier; /* never another cluster's WAL */
+
+    ScanSink sink(map);
+    const char* why = nullptr;
+    char* errormsg = NULL;
+    const Lsn first = XLogFindNextRecord(reader, lsn);
+    if (first == InvalidXLogRecPtr) {
+        why = "no valid WAL record was found after it";
+    } else {
+        XLogBeginRead(reader, first);
+        if (XLogReadRecord(reader, &errormsg) == NULL) {
+            why = "the WAL record after it could not be read";
+        } else {
+            const Lsn prev = XLogRecGetPrev(reader);
+            if (prev != InvalidXLogRecPtr && prev < first) {
+                XLogBeginRead(reader, prev);
+                if (XLogReadRecord(reader, &errormsg) == NULL)
+                    why = "the WAL record before it could not be read";
+                else if (reader->EndRecPtr <= first)
+                    why = capture_wal_record(reader, sink);
+            }
+        }
+    }
+    if (why == nullptr && source.why[0] != '\0')
+        why = reason("%s", source.why);
+    else if (why != nullptr && source.why[0] != '\0')
+        why = reason("%s (%s)", why, source.why);
+    if (why == nullptr && sink.out_of_memory())
+        why = "the files created or truncated by the record could not be listed (out of memory)";
+    if (why == nullptr)
+        (void) sink.mark_files(lsn);
+    sink.release();
+    XLogReaderFree(reader);
+    if (source.fd >= 0)
+        close(source.fd);
     return why;
 }
 

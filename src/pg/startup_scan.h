@@ -53,6 +53,17 @@ PTRACK_FRAME_SAFE(StartupScan);
 const char* scan_wal_at_startup(const ControlFileData& control, Lsn from, TimeLineID timeline, Map* map,
                                 StartupScan* scan);
 
+/*
+ * Hooks, a base backup whose WAL pg_wal does not hold (it comes through
+ * restore_command): in the postmaster, before recovery, marks in `map` the
+ * blocks of the WAL record of timeline `timeline` that ends exactly at `lsn`
+ * (the backup's redo LSN), which replay, starting there, never applies; the
+ * segments it needs come from pg_wal, else through restore_command
+ * (wal_archive.h).  nullptr when marked (or no record ends there), else why
+ * it could not be, completing "... because ...".  Raises no ERROR.
+ */
+const char* mark_record_ending_at(const ControlFileData& control, Lsn lsn, TimeLineID timeline, Map* map);
+
 }  // namespace ptrack::pg
 
 #endif

@@ -74,6 +74,28 @@ double sampled_fill()
     return static_cast<double>(used) / static_cast<double>(sample * kSlotsPerLine);
 }
 
+/*
+ * With the map attached and the wal source: why the WAL follower cannot
+ * start (it keeps retrying), written into `buf`; nullptr if nothing stops it.
+ */
+const char* follower_not_running(char* buf, size_t len)
+{
+    if (capture_source != CaptureSourceId::kWal)
+        return nullptr;
+    FollowerStartError& e = shared->follower_start_error;
+    char message[sizeof(e.message)];
+    SpinLockAcquire(&e.mutex);
+    const TimestampTz since = e.time;
+    memcpy(message, e.message, sizeof(message));
+    SpinLockRelease(&e.mutex);
+    if (since == 0)
+        return nullptr;
+    message[sizeof(message) - 1] = '\0';
+    snprintf(buf, len, "the WAL follower cannot start (retrying; last error at %s): %s", timestamptz_to_str(since),
+             message);
+    return buf;
+}
+
 /* Why tracking is off, or nullptr when it is on; written into `buf`. */
 const char* off_reason(char* buf, size_t len)
 {
@@ -129,6 +151,8 @@ enum StatusColumn {
     kRestarts,
     kLastRestartTime,
     kLastRestartReason,
+    kStatusColumns22, /* the columns of extension 2.2 end here */
+    kFollowerSlotReleases = kStatusColumns22,
     kStatusColumns
 };
 
@@ -145,7 +169,8 @@ extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
     if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
         ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
                         errmsg("function returning record called in context that cannot accept type record")));
-    if (tupdesc->natts != kStatusColumns)
+    /* Extension 2.2 (not yet updated) lacks the last column: serve it what it declares. */
+    if (tupdesc->natts != kStatusColumns && tupdesc->natts != kStatusColumns22)
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                         errmsg("ptrack_status() of the installed extension does not match the loaded library"),
                         errhint("Run ALTER EXTENSION ptrack UPDATE.")));
@@ -177,6 +202,12 @@ extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
         nulls[kOffReason] = false;
         values[kOffReason] = CStringGetTextDatum(reason);
         PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+    }
+    /* Tracking is on but does not run: the WAL follower cannot start (capture stays "wal"). */
+    char follower_buf[sizeof(reason_buf) + 128];
+    if (const char* not_running = follower_not_running(follower_buf, sizeof(follower_buf))) {
+        nulls[kOffReason] = false;
+        values[kOffReason] = CStringGetTextDatum(not_running);
     }
 
     const double fill = sampled_fill();
@@ -213,6 +244,9 @@ extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
             nulls[kFollowerPid] = false;
             values[kFollowerPid] = Int32GetDatum(pid);
         }
+        nulls[kFollowerSlotReleases] = false;
+        values[kFollowerSlotReleases] =
+            Int64GetDatum(static_cast<int64>(__atomic_load_n(&f.slot_releases, __ATOMIC_ACQUIRE)));
         const uint32_t tli = __atomic_load_n(&f.timeline, __ATOMIC_ACQUIRE);
         if (tli != 0) {
             nulls[kFollowerTimeline] = false;

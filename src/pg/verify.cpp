@@ -225,12 +225,12 @@ void emit_miss(VerifyState* st, const char* path, uint32_t block, Lsn lsn)
 void wait_for_candidate_marks(VerifyState* st, long pause)
 {
     if (capture_source == CaptureSourceId::kWal) {
-        Lsn newest = 0;
-        for (uint32_t i = 0; i < st->candidate_count; ++i)
-            newest = Max(newest, st->candidates[i].lsn);
-        /* A bulk writer's page may be on disk before its WAL is flushed (primary only; never past the insert position). */
-        if (!RecoveryInProgress())
-            XLogFlush(Min(newest, GetXLogInsertRecPtr()));
+        /*
+         * A bulk writer's page may be on disk before its WAL is flushed:
+         * wait_for_follower() flushes up to the insert position (primary),
+         * which is past every candidate's LSN, and waits until the follower
+         * has applied it.
+         */
         if (pause > kRecheckPausesMs[0])
             pause_ms(pause);
         wait_for_follower();

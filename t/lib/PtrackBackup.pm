@@ -613,7 +613,7 @@ sub incremental_backup
 
 	my %bits;    # path => string of '0'/'1', one per block
 	my $rows = $s->query("SELECT path, pagecount, encode(pagemap, 'hex') "
-		  . "FROM $ns.ptrack_get_pagemapset('$since')");
+		  . "FROM $ns.ptrack_get_pagemapset('$since'::pg_lsn)");
 	for my $r (@$rows)
 	{
 		my ($path, $count, $hex) = @$r;

@@ -334,7 +334,8 @@ sub decode_pagemap
 Runs C<ptrack_get_pagemapset($lsn_text)> in database C<$dbname> and returns a
 hashref C<path =E<gt> { pagecount, blocks =E<gt> [block numbers set], rows }>,
 where C<rows> counts the rows that carried this path (the contract is one).
-With C<schema =E<gt> 'name'> the function is called schema-qualified.
+The function is called schema-qualified (C<schema =E<gt> 'name'>, default
+public) with its argument cast to pg_lsn.
 Dies if the call fails.
 
 =cut
@@ -343,10 +344,11 @@ sub pagemapset
 {
 	my ($node, $dbname, $lsn_text, %opts) = @_;
 	$lsn_text = int_to_lsn($lsn_text) unless $lsn_text =~ m{/};
-	my $fn = defined $opts{schema} ? "$opts{schema}.ptrack_get_pagemapset" : 'ptrack_get_pagemapset';
+	my $fn = ($opts{schema} // 'public') . '.ptrack_get_pagemapset';
 
+	# Schema-qualified, with a typed argument (README "Schema safety").
 	my $out = $node->safe_psql($dbname,
-		"SELECT path, pagecount, encode(pagemap, 'hex') FROM $fn('$lsn_text')");
+		"SELECT path, pagecount, encode(pagemap, 'hex') FROM $fn('$lsn_text'::pg_lsn)");
 
 	my %map;
 	foreach my $line (split /\n/, $out)
@@ -380,7 +382,7 @@ Options:
   baseline  hashref from block_counts() taken just after L: also require
             every block extended after L to be listed (all forks but fsm)
   dbname    database to call the function in, default 'postgres'
-  schema    schema of the extension, default: search_path
+  schema    schema of the extension, default public
   stats     hashref filled with the counts below
   quiet     do not note() the counts
 
