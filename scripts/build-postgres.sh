@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 #
-# build-postgres.sh -- build and cache a PostgreSQL 15 server carrying the
-# ptrack core hooks (patches/pg15-ptrack-hooks.patch).
+# build-postgres.sh -- build and cache a PostgreSQL 15, 17 or 18 server
+# carrying the ptrack core hooks (patches/pg<N>-ptrack-hooks.patch).
 #
 # Why this exists: ptrack needs four hooks in the server core (mdextend_hook,
 # mdwrite_hook, copydir_hook, ProcessSyncRequests_hook) that no stock
@@ -15,19 +15,29 @@
 # PAM/LDAP/GSSAPI authentication...) plus TAP tests, and installs the server,
 # a few contrib modules and the PGXS test infrastructure (pg_regress, the
 # PostgreSQL::Test::* perl modules) into a prefix outside the repository.
-# scripts/test-debian-cluster.sh checks the drop-in claim.
+# scripts/test-debian-cluster.sh checks the drop-in claim.  With
+# --pg-version 17 or 18 it does the same for postgresql-17/-18 with a
+# trimmed option set (see "PostgreSQL 17 and 18" below); everything said
+# here about 15 holds for them unless that section says otherwise.
 #
 # Usage:
-#   scripts/build-postgres.sh                 build if needed; the last (and
-#                                             only) line on stdout is the prefix
-#   scripts/build-postgres.sh --print-prefix  print the prefix the next build
-#                                             produces (or has produced);
-#                                             never builds
+#   scripts/build-postgres.sh [--pg-version N]   build if needed; the last
+#                                                (and only) line on stdout
+#                                                is the prefix
+#   scripts/build-postgres.sh [--pg-version N] --print-prefix
+#                                                print the prefix the next
+#                                                build produces (or has
+#                                                produced); never builds
+#   N is 15 (the default), 17 or 18.
 #
 # Environment:
 #   PTRACK_PG_CACHE     cache root (default /var/cache/ptrack-pg)
-#   PTRACK_PG_VERSION   build exactly this postgresql-15 source version (no
+#   PTRACK_PG_VERSION   build exactly this postgresql-N source version (no
 #                       fallback to another one); normally left unset
+#   PTRACK_DEBIAN_MIRROR, PTRACK_DEBIAN_SECURITY_MIRROR
+#                       the archive URIs written into the deb-src entries
+#                       for 17/18 (default http://deb.debian.org/debian and
+#                       http://deb.debian.org/debian-security)
 #
 # The cache key is what is built, nothing else:
 #   prefix = <cache>/pg-<source version>-<patch hash>-<options hash>
@@ -59,6 +69,18 @@
 # record for apt's current list, both modes take the newest candidate that
 # is already built (print mode: else the newest candidate), with a warning.
 # Delete <cache>/source-choice to force a new probe.
+#
+# Pool fallback: when the archive serves none of the versions apt lists
+# (seen for postgresql-17 on 2026-12-02: apt lists only 17.12-0+deb13u1,
+# whose files the mirror does not carry), the rule goes on with the
+# POOL_FALLBACK_STEPS upstream minor releases below the newest listed one,
+# same Debian revision, same pool directory (17.11-0+deb13u1,
+# 17.10-0+deb13u1, ...), probing each .dsc the same way.  Such a version is
+# fetched without apt: its .dsc, then every file the .dsc names, each
+# checked against the .dsc's SHA-256 and size (dpkg-source checks them
+# again).  apt's signed index does not cover it, so only the transport from
+# the configured Debian mirror vouches for the .dsc itself; the stamp says
+# source_listed_by_apt=no.  On 2026-12-02 this chose 17.11-0+deb13u1.
 #
 # Configure options: Debian's (`/usr/lib/postgresql/15/bin/pg_config
 # --configure` of postgresql-15), except:
@@ -92,6 +114,8 @@
 #   pg-<key>.log                     full build log
 #   source-choice                    the source version rule's last answer
 #   .lock                            flock serialising concurrent builds
+#   (17 and 18: source-choice-N, .lock-N, .download-N, bootstrap-N.log,
+#   so that builds of different versions do not disturb each other)
 #
 # The source is unpacked with Debian's packaging patches NOT applied
 # (dpkg-source --skip-patches), i.e. it is upstream PostgreSQL.  Debian's
@@ -99,10 +123,100 @@
 # /usr/lib/postgresql/15/lib for any prefix not containing "postgres", so
 # with it `make install` would write into (and clobber) the system server's
 # module directory; its other patches only matter for Debian's own packaging.
+#
+# PostgreSQL 17 and 18:
+#   - Sources: bookworm has neither.  The script writes
+#     /etc/apt/sources.list.d/ptrack-deb-src-newer.sources with deb-src
+#     (source only) entries for trixie, trixie-updates, trixie-security and
+#     sid and runs apt-get update.  No binary "deb" line is added and nothing
+#     is pinned, so no installed package can be upgraded from those suites;
+#     the build dependencies still come from bookworm.  On 2026-12-02 apt
+#     listed postgresql-17 17.12-0+deb13u1 (trixie, trixie-security; not
+#     served, the pool fallback above chose 17.11-0+deb13u1) and
+#     postgresql-18 18.6-3 (sid; served).
+#   - One build per version, patched (patches/pg17-, pg18-ptrack-hooks.patch),
+#     serves both capture modes: the extension looks the hooks up by name
+#     when it loads, so with ptrack.capture = wal it runs exactly as on a
+#     stock server.  A second, stock build per version would double the CI
+#     build time for no extra coverage.  To show that the library also loads
+#     on a server without the hooks, the prefix holds bin/postgres-nohooks:
+#     the same server with the patch reversed (md.c, copydir.c and sync.c
+#     recompiled, postgres relinked: seconds), checked to export none of
+#     the hook symbols.  It finds the prefix's lib and share directories
+#     like bin/postgres does; start it with `pg_ctl -p <prefix>/bin/postgres-nohooks`.
+#   - Options: what the tests need and what changes behaviour, nothing else:
+#     --enable-tap-tests (PostgreSQL::Test::*), --enable-debug (backtraces),
+#     openssl, ICU (16+ configure wants ICU unless told --without-icu, and
+#     Debian builds with it), lz4 and zstd (wal_compression, pg_basebackup
+#     and pg_probackup compression), readline, zlib, Debian's tzdata and
+#     port, Debian's CFLAGS/CPPFLAGS/LDFLAGS (-O2, fortify), and on 18
+#     --with-liburing so that io_method = io_uring can be tested (Debian's
+#     18 has it).  Left out, unlike Debian and the 15 build: NLS, dtrace,
+#     PLs (perl, python, tcl), libxml/libxslt, PAM/LDAP/GSSAPI, systemd,
+#     SELinux, uuid, LLVM: none is used by the tests or the extension.
+#     Contrib modules: amcheck, pageinspect, pg_walinspect, pg_prewarm,
+#     pg_visibility (the CREATE EXTENSIONs in t/ and scripts/, since the one
+#     build also runs the wal-mode tests).
+#   - Build time, measured on the 2-core development VM (2026-12-02, empty
+#     cache, make -j2, the 17 and 18 builds running at the same time next
+#     to other helpers' builds and test suites: load average 7-14):
+#       17.11: 74m30s wall; 11m22s user + 3m44s sys = 15m06s of CPU
+#       18.6:  74m19s wall; 11m27s user + 3m48s sys = 15m15s of CPU
+#     (the 15 build, full Debian options: 11m27s-11m57s of CPU under load
+#     10-15, 804 s wall for the lead's build at load ~5).  The high sys time
+#     is contention (context switches, page faults); an idle 2-core machine
+#     needs about CPU / 2 plus the serial configure and install steps, i.e.
+#     7-8 minutes for each of 17 and 18, 6-7 for 15.
+#   - CI budget (fresh 2-core machine, .ci/run, target under 60 minutes):
+#     server builds 15 + 17 + 18 ~ 21-23 min (about 42 min of CPU);
+#     pg_probackup for each version ~ 0.5 min of CPU each (only when a
+#     checkout is given); the suite takes ~8 min per version and mode alone,
+#     so all of it on 15, 17 and 18 in both modes (~48 min) plus the builds
+#     is ~72 min: over the target.  The plan: the whole suite in both modes
+#     on 15 and 18 (~32 min), a defined core set on 17 in both modes (~6 min),
+#     i.e. ~61 min with the builds; to get below 60, build 17 and 18 without
+#     --enable-debug (-g makes every compile slower; not measured yet)
+#     before cutting tests.
 
 set -euo pipefail
 
-PKG=postgresql-15
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
+
+# Everything but the final prefix line goes to stderr: keep the real stdout
+# on fd 3 and point fd 1 at stderr for the rest of the script.
+exec 3>&1 1>&2
+
+log() { printf '[build-postgres] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+usage() {
+	sed -n '/^# Usage:/,/^# Environment:/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2
+}
+
+MODE=build
+PG_MAJOR=15
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--print-prefix) MODE=print ;;
+	--pg-version)
+		[[ $# -ge 2 ]] || { usage; die "--pg-version needs a value (15, 17 or 18)"; }
+		PG_MAJOR=$2
+		shift
+		;;
+	--pg-version=*) PG_MAJOR=${1#--pg-version=} ;;
+	-h|--help) usage; exit 0 ;;
+	*) usage; die "unknown argument: $1" ;;
+	esac
+	shift
+done
+case $PG_MAJOR in
+	15|17|18) ;;
+	*) usage; die "unsupported --pg-version '$PG_MAJOR' (15, 17 or 18)" ;;
+esac
+
+PKG=postgresql-$PG_MAJOR
+if [[ $PG_MAJOR == 15 ]]; then
 CONTRIB_MODULES=(amcheck pageinspect pg_walinspect pg_prewarm)
 # Debian's options (see the header), without the install layout and LLVM.
 # Part of the cache key: change them and the next build gets a new prefix.
@@ -120,45 +234,50 @@ CONFIGURE_OPTS=(
 	"CPPFLAGS=-Wdate-time -D_FORTIFY_SOURCE=2"
 	"LDFLAGS=-Wl,-z,relro -Wl,-z,now"
 )
+else
+# 17 and 18: only what the tests need (see "PostgreSQL 17 and 18" in the
+# header).  Part of the cache key, like the 15 options.
+CONTRIB_MODULES=(amcheck pageinspect pg_walinspect pg_prewarm pg_visibility)
+CONFIGURE_OPTS=(
+	--enable-tap-tests --enable-debug
+	--with-openssl --with-icu --with-lz4 --with-zstd
+	--with-readline --with-zlib
+	--with-system-tzdata=/usr/share/zoneinfo --with-pgport=5432
+	"CFLAGS=-g -O2 -fstack-protector-strong -Wformat -Werror=format-security -fno-omit-frame-pointer"
+	"CPPFLAGS=-Wdate-time -D_FORTIFY_SOURCE=2"
+	"LDFLAGS=-Wl,-z,relro -Wl,-z,now"
+)
+# 18: io_uring, so that the tests can run io_method = io_uring too.
+[[ $PG_MAJOR != 18 ]] || CONFIGURE_OPTS+=(--with-liburing)
+fi
 BUILD_DEPS=(bison flex dpkg-dev libreadline-dev zlib1g-dev libipc-run-perl
             perl make gcc libc6-dev patch bzip2 xz-utils pkg-config gettext
             libssl-dev libicu-dev liblz4-dev libzstd-dev libxml2-dev
             libxslt1-dev libpam0g-dev libldap2-dev libkrb5-dev libsystemd-dev
             libselinux1-dev uuid-dev libperl-dev python3-dev tcl-dev
             systemtap-sdt-dev)
+[[ $PG_MAJOR != 18 ]] || BUILD_DEPS+=(liburing-dev)
 HOOK_SYMBOLS=(mdextend_hook mdwrite_hook copydir_hook ProcessSyncRequests_hook)
+[[ $PG_MAJOR == 15 ]] || HOOK_SYMBOLS+=(mdimmedsync_hook)
 DEB_SRC_FILE=/etc/apt/sources.list.d/ptrack-deb-src.sources
+# Source-only entries for the suites that carry postgresql-17/-18 (header).
+DEB_SRC_NEWER_FILE=/etc/apt/sources.list.d/ptrack-deb-src-newer.sources
+DEBIAN_MIRROR=${PTRACK_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+DEBIAN_SECURITY_MIRROR=${PTRACK_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+# How many upstream minor releases below the newest listed source version
+# the pool fallback tries (header: "source version").
+POOL_FALLBACK_STEPS=4
 STAMP_NAME=.ptrack-build-stamp
 
-SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
-PATCH_FILE=$REPO_ROOT/patches/pg15-ptrack-hooks.patch
-
-# Everything but the final prefix line goes to stderr: keep the real stdout
-# on fd 3 and point fd 1 at stderr for the rest of the script.
-exec 3>&1 1>&2
-
-log() { printf '[build-postgres] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
-usage() {
-	sed -n '/^# Usage:/,/^# Environment:/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2
-}
-
-MODE=build
-case "${1:-}" in
-	"") ;;
-	--print-prefix) MODE=print ;;
-	-h|--help) usage; exit 0 ;;
-	*) usage; die "unknown argument: $1" ;;
-esac
-[[ $# -le 1 ]] || { usage; die "too many arguments"; }
+PATCH_FILE=$REPO_ROOT/patches/pg$PG_MAJOR-ptrack-hooks.patch
+# Per-version names under the cache root; 15 keeps its historic ones.
+if [[ $PG_MAJOR == 15 ]]; then VSUFFIX=""; else VSUFFIX="-$PG_MAJOR"; fi
 
 CACHE_ROOT=${PTRACK_PG_CACHE:-/var/cache/ptrack-pg}
 [[ $CACHE_ROOT == /* ]] || CACHE_ROOT=$(pwd)/$CACHE_ROOT
 CACHE_ROOT=${CACHE_ROOT%/}
 [[ -n $CACHE_ROOT ]] || die "PTRACK_PG_CACHE must not be /"
-CHOICE_FILE=$CACHE_ROOT/source-choice
+CHOICE_FILE=$CACHE_ROOT/source-choice$VSUFFIX
 
 [[ -f $PATCH_FILE ]] || die "patch not found: $PATCH_FILE"
 
@@ -173,7 +292,8 @@ fi
 # --- the cache key ----------------------------------------------------------
 
 PATCH_HASH=$(sha256sum "$PATCH_FILE" | cut -c1-12)
-OPTIONS_HASH=$(printf '%s\n' "${CONFIGURE_OPTS[@]}" "contrib: ${CONTRIB_MODULES[*]}" |
+OPTIONS_HASH=$(printf '%s\n' "${CONFIGURE_OPTS[@]}" "contrib: ${CONTRIB_MODULES[*]}" \
+	$([[ $PG_MAJOR == 15 ]] || echo "extra: bin/postgres-nohooks") |
 	sha256sum | cut -c1-12)
 
 prefix_for() {
@@ -212,16 +332,58 @@ record_choice() {
 		mv -f "$tmp" "$CHOICE_FILE" 2>/dev/null || rm -f "$tmp" 2>/dev/null || true
 }
 
+# The .dsc URI of a source version apt lists (no network).
+listed_dsc_uri() {
+	apt-get source --print-uris "$PKG=$1" 2>/dev/null |
+		awk '$2 ~ /\.dsc$/ { u = $1; gsub(/\047/, "", u); print u; exit }'
+}
+
+# The pool fallback (header): "version dsc-URI" lines, newest first, for the
+# POOL_FALLBACK_STEPS upstream minor releases below the newest listed
+# version, with its Debian revision, in its pool directory.  No network.
+pool_candidates() {
+	local newest uri upstream rev major minor m v
+	newest=$(known_source_versions)
+	newest=${newest%% *}
+	[[ -n $newest && $newest == *-* && $newest != *:* ]] || return 0
+	uri=$(listed_dsc_uri "$newest")
+	[[ -n $uri ]] || return 0
+	upstream=${newest%%-*}
+	rev=${newest#*-}
+	major=${upstream%%.*}
+	minor=${upstream#*.}
+	[[ $minor =~ ^[0-9]+$ ]] || return 0
+	for ((m = minor - 1; m >= 0 && m >= minor - POOL_FALLBACK_STEPS; m--)); do
+		v=$major.$m-$rev
+		printf '%s %s/%s_%s.dsc\n' "$v" "${uri%/*}" "$PKG" "${v//+/%2b}"
+	done
+}
+
+# The .dsc URI of a version: apt's, or the pool fallback's.
+dsc_uri() {
+	local uri v u
+	uri=$(listed_dsc_uri "$1")
+	if [[ -z $uri ]]; then
+		while read -r v u; do
+			[[ $v == "$1" ]] && { uri=$u; break; }
+		done < <(pool_candidates)
+	fi
+	[[ -n $uri ]] && printf '%s\n' "$uri"
+}
+
+# Download one URI to a file with apt's own downloader.
+download() {
+	/usr/lib/apt/apt-helper -o APT::Sandbox::User=root -o Acquire::Retries=0 \
+		-o Acquire::http::Timeout=20 download-file "$1" "$2" >/dev/null 2>&1
+}
+
 # Does the archive serve this source version?  Fetches only its .dsc.
 source_available() {
 	local uri dir rc=0
-	uri=$(apt-get source --print-uris "$PKG=$1" 2>/dev/null |
-		awk '$2 ~ /\.dsc$/ { u = $1; gsub(/\047/, "", u); print u; exit }')
+	uri=$(dsc_uri "$1")
 	[[ -n $uri ]] || return 1
 	dir=$(mktemp -d)
-	/usr/lib/apt/apt-helper -o APT::Sandbox::User=root -o Acquire::Retries=0 \
-		-o Acquire::http::Timeout=20 download-file "$uri" "$dir/probe.dsc" \
-		>/dev/null 2>&1 || rc=$?
+	download "$uri" "$dir/probe.dsc" || rc=$?
 	rm -rf "$dir"
 	return $rc
 }
@@ -243,7 +405,7 @@ resolve_source_version() {
 		return 1
 	fi
 	SOURCE_VERSION=$(recorded_choice "$CANDIDATES") && return 0
-	for v in $CANDIDATES; do
+	for v in $CANDIDATES $(pool_candidates | cut -d' ' -f1); do
 		if source_available "$v"; then
 			SOURCE_VERSION=$v
 			record_choice "$CANDIDATES" "$v"
@@ -316,9 +478,9 @@ as_root() {
 
 mkdir -p "$CACHE_ROOT" 2>/dev/null || as_root install -d -m 0755 -o "$(id -u)" -g "$(id -g)" "$CACHE_ROOT"
 
-exec 9>"$CACHE_ROOT/.lock"
+exec 9>"$CACHE_ROOT/.lock$VSUFFIX"
 if ! flock -n 9; then
-	log "another build holds $CACHE_ROOT/.lock; waiting for it"
+	log "another build holds $CACHE_ROOT/.lock$VSUFFIX; waiting for it"
 	flock 9
 fi
 
@@ -326,7 +488,7 @@ fi
 exit_if_built
 
 START=$(date +%s)
-LOG_FILE=$CACHE_ROOT/bootstrap.log
+LOG_FILE=$CACHE_ROOT/bootstrap$VSUFFIX.log
 : >"$LOG_FILE"
 
 # Run a command with its output appended to the build log; on failure show
@@ -450,6 +612,21 @@ ensure_apt_ready() {
 			"$stanzas" | as_root tee "$DEB_SRC_FILE" >/dev/null
 		need_update=1
 	fi
+	if [[ $PG_MAJOR != 15 && ! -f $DEB_SRC_NEWER_FILE ]]; then
+		log "writing $DEB_SRC_NEWER_FILE (deb-src only: trixie, trixie-updates, trixie-security, sid)"
+		printf '%s\n' \
+			"# Written by ptrack scripts/build-postgres.sh --pg-version 17|18: SOURCE" \
+			"# entries only (no binary \"deb\" lines, so nothing installed is upgraded)" \
+			"# for Debian's newer suites, which carry postgresql-17 and postgresql-18." \
+			"" \
+			"Types: deb-src" "URIs: $DEBIAN_MIRROR" "Suites: trixie trixie-updates sid" \
+			"Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" \
+			"" \
+			"Types: deb-src" "URIs: $DEBIAN_SECURITY_MIRROR" "Suites: trixie-security" \
+			"Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" |
+			as_root tee "$DEB_SRC_NEWER_FILE" >/dev/null
+		need_update=1
+	fi
 	if [[ -z $(known_source_versions) ]]; then
 		need_update=1
 	fi
@@ -476,13 +653,19 @@ ensure_apt_ready() {
 # known one, newest first.  Prints the version actually fetched.
 fetch_source() {
 	local first=$1 v tried=()
-	for v in "$first" $([[ -n ${PTRACK_PG_VERSION:-} ]] || known_source_versions); do
+	for v in "$first" $([[ -n ${PTRACK_PG_VERSION:-} ]] ||
+			{ known_source_versions; pool_candidates | cut -d' ' -f1; }); do
 		[[ -n $v ]] || continue
 		[[ " ${tried[*]} " == *" $v "* ]] && continue
 		tried+=("$v")
 		rm -f ./*.dsc ./*.tar.* ./*.diff.gz
-		printf '\n==== apt-get source --download-only %s=%s\n' "$PKG" "$v" >>"$LOG_FILE"
-		if apt-get source --download-only "$PKG=$v" >>"$LOG_FILE" 2>&1; then
+		if [[ -n $(listed_dsc_uri "$v") ]]; then
+			printf '\n==== apt-get source --download-only %s=%s\n' "$PKG" "$v" >>"$LOG_FILE"
+			if apt-get source --download-only "$PKG=$v" >>"$LOG_FILE" 2>&1; then
+				printf '%s\n' "$v"
+				return 0
+			fi
+		elif fetch_unlisted "$v" >>"$LOG_FILE" 2>&1; then
 			printf '%s\n' "$v"
 			return 0
 		fi
@@ -491,12 +674,29 @@ fetch_source() {
 	return 1
 }
 
+# A version apt does not list (the pool fallback, header): its .dsc and the
+# files it names, each checked against the .dsc's SHA-256.
+fetch_unlisted() {
+	local uri name sum size
+	uri=$(dsc_uri "$1")
+	[[ -n $uri ]] || return 1
+	printf '\n==== pool fallback: %s (not listed by apt)\n' "$uri"
+	download "$uri" "./${PKG}_$1.dsc" || return 1
+	while read -r sum size name; do
+		[[ -n $name ]] || continue
+		printf 'fetching %s\n' "$name"
+		download "${uri%/*}/${name//+/%2b}" "./$name" || return 1
+		[[ $(stat -c %s "./$name") == "$size" ]] || { echo "size mismatch: $name"; return 1; }
+		sha256sum -c - <<<"$sum  ./$name" || return 1
+	done < <(awk '/^Checksums-Sha256:/ { on = 1; next } /^[^ ]/ { on = 0 } on && NF == 3 { print }' "./${PKG}_$1.dsc")
+}
+
 ensure_apt_ready
 rc=0
 resolve_source_version || rc=$?
 [[ $rc -ne 1 ]] || die "apt knows no $PKG source package even after apt-get update (see $LOG_FILE)"
 
-DOWNLOAD_DIR=$CACHE_ROOT/.download
+DOWNLOAD_DIR=$CACHE_ROOT/.download$VSUFFIX
 rm -rf "$DOWNLOAD_DIR"
 mkdir -p "$DOWNLOAD_DIR"
 cd "$DOWNLOAD_DIR"
@@ -549,6 +749,18 @@ done
 # modules and pg_regress under $PREFIX/lib/pgxs/src/test/.
 run "install TAP test perl modules" make -C src/test/perl install
 run "install pg_regress" make -C src/test/regress install
+if [[ $PG_MAJOR != 15 ]]; then
+	# The same server without the hooks (header: "PostgreSQL 17 and 18"):
+	# the patch reversed, only md.c, copydir.c and sync.c recompiled (no
+	# --enable-depend: the other objects keep the patched headers' extra
+	# extern declarations, which change no code) and postgres relinked.
+	run "reverse $(basename "$PATCH_FILE") for bin/postgres-nohooks" \
+		patch -p1 -R --fuzz=0 --batch -i "$PATCH_FILE"
+	run "make postgres without the hooks" make -C src/backend -j"$JOBS" postgres
+	run "install bin/postgres-nohooks" install -m 0755 src/backend/postgres "$PREFIX/bin/postgres-nohooks"
+	run "re-apply $(basename "$PATCH_FILE") to the build tree" \
+		patch -p1 --fuzz=0 --batch -i "$PATCH_FILE"
+fi
 COMPILE_END=$(date +%s)
 
 # --- verify -----------------------------------------------------------------
@@ -573,11 +785,21 @@ for s in "${HOOK_SYMBOLS[@]}"; do
 		die "hook symbol $s is NOT exported by $PREFIX/bin/postgres -- the core patch did not take effect"
 done
 log "hooks present: ${HOOK_SYMBOLS[*]}"
+if [[ $PG_MAJOR != 15 ]]; then
+	SYMBOLS=$(nm -D --defined-only "$PREFIX/bin/postgres-nohooks")
+	for s in "${HOOK_SYMBOLS[@]}"; do
+		! grep -qE "[[:space:]]$s\$" <<<"$SYMBOLS" ||
+			die "$PREFIX/bin/postgres-nohooks exports $s: it is not the stock server"
+	done
+	"$PREFIX/bin/postgres-nohooks" --version >/dev/null || die "$PREFIX/bin/postgres-nohooks does not run"
+	log "bin/postgres-nohooks exports none of them"
+fi
 
 END=$(date +%s)
 # Written last: its presence marks a complete, verified install.
 {
 	printf 'source_version=%s\n' "$SOURCE_VERSION"
+	printf 'source_listed_by_apt=%s\n' "$([[ -n $(listed_dsc_uri "$SOURCE_VERSION") ]] && echo yes || echo "no (pool fallback)")"
 	printf 'pg_version=%s\n' "$("$PREFIX/bin/pg_config" --version)"
 	printf 'patch=%s\n' "$(basename "$PATCH_FILE")"
 	printf 'patch_sha256=%s\n' "$(sha256sum "$PATCH_FILE" | cut -d' ' -f1)"
