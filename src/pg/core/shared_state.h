@@ -106,8 +106,9 @@ struct RestartInfo {
  *    presized_redo_lsn, restored_scan_from, restored_scan_end,
  *    resume_at_scan_end.  Written by the postmaster at start; afterwards
  *    written and read only by the process that saves the map (wal: the
- *    follower, which consumes the scan fields once and resumes from the
- *    others when it restarts; hooks: the checkpointer reads
+ *    follower, which clears the scan fields at its first save after a fresh
+ *    start, or when tracking restarts, and resumes from the others when it
+ *    restarts; hooks: the checkpointer reads
  *    loaded_covered_lsn and never writes it).  One process at a time, so
  *    plain loads and stores.
  *  - init_lsn: any process, with atomics only: it goes from 0 to a value

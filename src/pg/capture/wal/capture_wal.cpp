@@ -245,6 +245,19 @@ TimeLineID current_timeline()
  * promoted after it.  If the sizes cannot be written, the previous save
  * stays in force (and the slot keeps its WAL).
  */
+/*
+ * The preparation map_load.cpp made before recovery (shared_state.h) has
+ * served: a save now covers the fresh start it made (a restarted follower
+ * resumes from the save), or tracking restarted after a read error.
+ */
+void forget_restored_start()
+{
+    shared->presized_redo_lsn = 0;
+    shared->restored_scan_from = 0;
+    shared->restored_scan_end = 0;
+    shared->resume_at_scan_end = false;
+}
+
 void save_map()
 {
     /* A save now would claim the record ending at follower.next, not read yet (apply_available()). */
@@ -268,6 +281,7 @@ void save_map()
     }
     follower.save_backoff_s = 0;
     growth_commit_save();
+    forget_restored_start();
     follower.saved = follower.next;
     follower.save_due = false;
     /* A follower that restarts (its process only) resumes from this save. */
@@ -412,18 +426,18 @@ void establish_start()
 void start_fresh(Lsn start, Lsn floor, bool with_record_ending_at_start)
 {
     /*
-     * What map_load.cpp prepared before recovery serves once: the sizes, if
-     * no WAL between them and `start` goes unread (reading starts before
-     * them, or the scan read up to `start`); the scan's range, if reading
-     * goes on from its end.
+     * What map_load.cpp prepared before recovery serves the first fresh
+     * start: the sizes, if no WAL between them and `start` goes unread
+     * (reading starts before them, or the scan read up to `start`); the
+     * scan's range, if reading goes on from its end.  It stays until that
+     * start's first save (forget_restored_start()): a follower stopped
+     * before it saved anything (a catch-up through the archive takes a
+     * while) leaves nothing to resume from, and the next one starts the same
+     * way again instead of at its slot's later position.
      */
     const Lsn presized = shared->presized_redo_lsn;
     const Lsn scan_from = shared->restored_scan_from;
     const Lsn scan_end = shared->restored_scan_end;
-    shared->presized_redo_lsn = 0;
-    shared->restored_scan_from = 0;
-    shared->restored_scan_end = 0;
-    shared->resume_at_scan_end = false;
     /* Reading from `start` skips a record that ends exactly there (wal_records.h). */
     const bool scanned = scan_end != 0 && start <= scan_end;
     const Lsn read_from = with_record_ending_at_start                  ? start
@@ -702,6 +716,7 @@ void restart_after_read_error()
     snprintf(reason, sizeof(reason), "the WAL follower could not read the WAL from %X/%X (see the error above)",
              PTRACK_LSN_ARGS(lost_from));
     /* Truncations in the lost WAL never reached the size table: start it over. */
+    forget_restored_start();
     start_fresh(start, lost_from);
     /* After start_fresh(): the WARNING names the LSN ptrack_init_lsn() now returns (>= both). */
     restart_tracking_at(init_lsn(), reason);
