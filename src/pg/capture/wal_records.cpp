@@ -126,6 +126,7 @@ extern "C" {
 #include "storage/bufpage.h"
 }
 
+#include "compat/compat.h"
 #include "core/shared_state.h"
 #include "capture/wal_records.h"
 
@@ -176,26 +177,22 @@ bool main_data(XLogReaderState* record, T* out)
     return true;
 }
 
-inline RelFork rel_fork(const RelFileNode& node, int fork)
-{
-    return RelFork{node.spcNode, node.dbNode, node.relNode, static_cast<uint8_t>(fork)};
-}
-
 void mark_block_references(XLogReaderState* record, Lsn lsn, bool heap, WalChangeSink& sink)
 {
     for (int block_id = 0; block_id <= XLogRecMaxBlockId(record); ++block_id) {
-        RelFileNode node;
-        ForkNumber fork;
+        RelFork rel;
         BlockNumber block;
-        if (!XLogRecGetBlockTagExtended(record, static_cast<uint8>(block_id), &node, &fork, &block, NULL))
+        if (!record_block_tag(record, static_cast<uint8>(block_id), &rel, &block))
             continue;
-        sink.block(rel_fork(node, fork), block, lsn, true);
-        if (heap && fork == MAIN_FORKNUM)
-            sink.block(rel_fork(node, VISIBILITYMAP_FORKNUM), block / kHeapBlocksPerVmPage, lsn, false);
+        sink.block(rel, block, lsn, true);
+        if (heap && rel.fork == MAIN_FORKNUM) {
+            rel.fork = VISIBILITYMAP_FORKNUM;
+            sink.block(rel, block / kHeapBlocksPerVmPage, lsn, false);
+        }
     }
 }
 
-void drop_relations(const RelFileNode* nodes, int count, Lsn lsn, WalChangeSink& sink)
+void drop_relations(const PgRelId* nodes, int count, Lsn lsn, WalChangeSink& sink)
 {
     for (int i = 0; i < count; ++i)
         for (int fork = 0; fork <= MAX_FORKNUM; ++fork)
@@ -216,7 +213,7 @@ bool apply_smgr(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const cha
         if (!main_data(record, &xlrec) || xlrec.forkNum < 0 || xlrec.forkNum > MAX_FORKNUM)
             *why = malformed(record);
         else
-            sink.relation_limit(rel_fork(xlrec.rnode, xlrec.forkNum), 0, lsn);
+            sink.relation_limit(rel_fork(smgr_create_rel(xlrec), xlrec.forkNum), 0, lsn);
         return true;
     }
     if (info == XLOG_SMGR_TRUNCATE) {
@@ -226,11 +223,11 @@ bool apply_smgr(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const cha
             return true;
         }
         if (xlrec.flags & SMGR_TRUNCATE_HEAP)
-            sink.relation_limit(rel_fork(xlrec.rnode, MAIN_FORKNUM), xlrec.blkno, lsn);
+            sink.relation_limit(rel_fork(smgr_truncate_rel(xlrec), MAIN_FORKNUM), xlrec.blkno, lsn);
         if (xlrec.flags & SMGR_TRUNCATE_VM)
-            sink.relation_limit(rel_fork(xlrec.rnode, VISIBILITYMAP_FORKNUM), xlrec.blkno / kHeapBlocksPerVmPage, lsn);
+            sink.relation_limit(rel_fork(smgr_truncate_rel(xlrec), VISIBILITYMAP_FORKNUM), xlrec.blkno / kHeapBlocksPerVmPage, lsn);
         if (xlrec.flags & SMGR_TRUNCATE_FSM)
-            sink.relation_limit(rel_fork(xlrec.rnode, FSM_FORKNUM), 0, lsn);
+            sink.relation_limit(rel_fork(smgr_truncate_rel(xlrec), FSM_FORKNUM), 0, lsn);
         if (xlrec.flags & ~SMGR_TRUNCATE_ALL) {
             char kind[96];
             *why = reason("WAL record %s at %X/%X has unknown truncation flags 0x%X",
@@ -253,7 +250,7 @@ bool apply_xact(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const cha
         xl_xact_parsed_commit parsed;
         ParseCommitRecord(XLogRecGetInfo(record), reinterpret_cast<xl_xact_commit*>(XLogRecGetData(record)),
                           &parsed);
-        drop_relations(parsed.xnodes, parsed.nrels, lsn, sink);
+        drop_relations(xact_dropped_rels(parsed), parsed.nrels, lsn, sink);
         return true;
     }
     if (info == XLOG_XACT_ABORT || info == XLOG_XACT_ABORT_PREPARED) {
@@ -263,7 +260,7 @@ bool apply_xact(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const cha
         }
         xl_xact_parsed_abort parsed;
         ParseAbortRecord(XLogRecGetInfo(record), reinterpret_cast<xl_xact_abort*>(XLogRecGetData(record)), &parsed);
-        drop_relations(parsed.xnodes, parsed.nrels, lsn, sink);
+        drop_relations(xact_dropped_rels(parsed), parsed.nrels, lsn, sink);
         return true;
     }
     return false;
