@@ -10,9 +10,10 @@
 #      FREEZE_PAGE; 17, 18: the combined heap2 PRUNE_VACUUM_SCAN), and the
 #      all-frozen bit it sets in the visibility map (heap2 VISIBLE);
 #   3. a visibility map bit cleared by a DELETE: the VM page changes (its
-#      bytes are compared before and after), while its page LSN may stay
-#      behind L (15 and 17 clear the bit without a block reference to the VM
-#      page; 18.6 registers it), so the page-LSN oracle cannot see it.
+#      bytes are compared before and after).  15 clears the bit without a
+#      block reference to the VM page, so its page LSN stays behind L and the
+#      page-LSN oracle cannot see it; 17.11 and 18.6 register the VM page (the
+#      fix of the VM changes PostgreSQL 17's WAL summarizer missed).
 #
 # For each case: the expected record kind is among the records after L
 # (pg_walinspect), every block any record after L references is listed by
