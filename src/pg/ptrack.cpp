@@ -289,7 +289,8 @@ static CaptureSourceId resolve_capture_source()
         ereport(FATAL, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
                         errmsg("ptrack.capture is \"hooks\" but this server has no ptrack core hooks"),
                         errdetail("The running postgres binary does not export mdwrite_hook, mdextend_hook, "
-                                  "copydir_hook and ProcessSyncRequests_hook (patches/pg15-ptrack-hooks.patch)."),
+                                  "copydir_hook and ProcessSyncRequests_hook (patches/pg%u-ptrack-hooks.patch).",
+                                  kServerMajor),
                         errhint("Set ptrack.capture = auto or wal to capture changes from the WAL on this server.")));
     if (capture_setting == kCaptureHooks || (capture_setting == kCaptureAuto && have_hooks))
         return CaptureSourceId::kHooks;
