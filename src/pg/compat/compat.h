@@ -57,97 +57,84 @@ namespace ptrack::pg {
 
 constexpr uint32_t kServerMajor = PG_MAJORVERSION_NUM;
 
+/*
+ * The relation identifier and where each version keeps its parts: members
+ * named here once, so that the functions below are written once.
+ */
 #if PG_MAJORVERSION_NUM >= 16
-
 using PgRelId = RelFileLocator;
 using PgRelIdBackend = RelFileLocatorBackend;
-
-inline RelFork rel_fork(const RelFileLocator& r, int fork)
-{
-    return RelFork{r.spcOid, r.dbOid, r.relNumber, static_cast<uint8_t>(fork)};
-}
-
-inline RelFork rel_fork(const RelFileLocatorBackend& r, int fork)
-{
-    return rel_fork(r.locator, fork);
-}
-
-inline bool rel_is_temp(const RelFileLocatorBackend& r)
-{
-    return RelFileLocatorBackendIsTemp(r);
-}
-
-inline RelFileLocator pg_rel_id(const RelFork& rel)
-{
-    RelFileLocator r;
-    r.spcOid = rel.spc_oid;
-    r.dbOid = rel.db_oid;
-    r.relNumber = rel.relfilenode;
-    return r;
-}
-
-inline const RelFileLocator& smgr_create_rel(const xl_smgr_create& xlrec)
-{
-    return xlrec.rlocator;
-}
-
-inline const RelFileLocator& smgr_truncate_rel(const xl_smgr_truncate& xlrec)
-{
-    return xlrec.rlocator;
-}
-
-template <typename Parsed>
-inline const RelFileLocator* xact_dropped_rels(const Parsed& parsed)
-{
-    return parsed.xlocators;
-}
-
+constexpr Oid PgRelId::*kRelSpc = &RelFileLocator::spcOid;
+constexpr Oid PgRelId::*kRelDb = &RelFileLocator::dbOid;
+constexpr RelFileNumber PgRelId::*kRelNumber = &RelFileLocator::relNumber;
+constexpr PgRelId PgRelIdBackend::*kRelOfBackend = &RelFileLocatorBackend::locator;
+constexpr PgRelId xl_smgr_create::*kSmgrCreateRel = &xl_smgr_create::rlocator;
+constexpr PgRelId xl_smgr_truncate::*kSmgrTruncateRel = &xl_smgr_truncate::rlocator;
+constexpr PgRelId* xl_xact_parsed_commit::*kCommitDroppedRels = &xl_xact_parsed_commit::xlocators;
+constexpr PgRelId* xl_xact_parsed_abort::*kAbortDroppedRels = &xl_xact_parsed_abort::xlocators;
 #else
-
 using PgRelId = RelFileNode;
 using PgRelIdBackend = RelFileNodeBackend;
+constexpr Oid PgRelId::*kRelSpc = &RelFileNode::spcNode;
+constexpr Oid PgRelId::*kRelDb = &RelFileNode::dbNode;
+constexpr Oid PgRelId::*kRelNumber = &RelFileNode::relNode;
+constexpr PgRelId PgRelIdBackend::*kRelOfBackend = &RelFileNodeBackend::node;
+constexpr PgRelId xl_smgr_create::*kSmgrCreateRel = &xl_smgr_create::rnode;
+constexpr PgRelId xl_smgr_truncate::*kSmgrTruncateRel = &xl_smgr_truncate::rnode;
+constexpr PgRelId* xl_xact_parsed_commit::*kCommitDroppedRels = &xl_xact_parsed_commit::xnodes;
+constexpr PgRelId* xl_xact_parsed_abort::*kAbortDroppedRels = &xl_xact_parsed_abort::xnodes;
+#endif
 
-inline RelFork rel_fork(const RelFileNode& r, int fork)
+inline RelFork rel_fork(const PgRelId& r, int fork)
 {
-    return RelFork{r.spcNode, r.dbNode, r.relNode, static_cast<uint8_t>(fork)};
+    return RelFork{r.*kRelSpc, r.*kRelDb, r.*kRelNumber, static_cast<uint8_t>(fork)};
 }
 
-inline RelFork rel_fork(const RelFileNodeBackend& r, int fork)
+inline RelFork rel_fork(const PgRelIdBackend& r, int fork)
 {
-    return rel_fork(r.node, fork);
+    return rel_fork(r.*kRelOfBackend, fork);
 }
 
-inline bool rel_is_temp(const RelFileNodeBackend& r)
+/* A temporary relation (a backend's own): never tracked. */
+inline bool rel_is_temp(const PgRelIdBackend& r)
 {
+#if PG_MAJORVERSION_NUM >= 16
+    return RelFileLocatorBackendIsTemp(r);
+#else
     return RelFileNodeBackendIsTemp(r);
+#endif
 }
 
-inline RelFileNode pg_rel_id(const RelFork& rel)
+inline PgRelId pg_rel_id(const RelFork& rel)
 {
-    RelFileNode r;
-    r.spcNode = rel.spc_oid;
-    r.dbNode = rel.db_oid;
-    r.relNode = rel.relfilenode;
+    PgRelId r;
+    r.*kRelSpc = rel.spc_oid;
+    r.*kRelDb = rel.db_oid;
+    r.*kRelNumber = rel.relfilenode;
     return r;
 }
 
-inline const RelFileNode& smgr_create_rel(const xl_smgr_create& xlrec)
+/* The relation of an XLOG_SMGR_CREATE or XLOG_SMGR_TRUNCATE record. */
+inline const PgRelId& smgr_create_rel(const xl_smgr_create& xlrec)
 {
-    return xlrec.rnode;
+    return xlrec.*kSmgrCreateRel;
 }
 
-inline const RelFileNode& smgr_truncate_rel(const xl_smgr_truncate& xlrec)
+inline const PgRelId& smgr_truncate_rel(const xl_smgr_truncate& xlrec)
 {
-    return xlrec.rnode;
+    return xlrec.*kSmgrTruncateRel;
 }
 
-template <typename Parsed>
-inline const RelFileNode* xact_dropped_rels(const Parsed& parsed)
+/* The relations a parsed commit or abort record drops (parsed.nrels of them). */
+inline const PgRelId* xact_dropped_rels(const xl_xact_parsed_commit& parsed)
 {
-    return parsed.xnodes;
+    return parsed.*kCommitDroppedRels;
 }
 
-#endif
+inline const PgRelId* xact_dropped_rels(const xl_xact_parsed_abort& parsed)
+{
+    return parsed.*kAbortDroppedRels;
+}
 
 /* This process's index into the PGPROC array (the announcement lines of capture.cpp); -1 without a PGPROC. */
 inline int my_proc_number()
