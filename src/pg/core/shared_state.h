@@ -66,7 +66,7 @@ struct FollowerStartError {
 /*
  * The last map save and the save counters, for ptrack_status().  Written
  * only by the one process that saves in this server run (the checkpointer
- * or the WAL follower: capture_source.h), as a sequence lock: `sequence` is
+ * or the WAL follower: capture/capture_source.h), as a sequence lock: `sequence` is
  * odd while a write is under way, and a reader retries until it reads the
  * same even value before and after copying (save_stats_read()).  Every
  * field is read and written with atomics.
@@ -150,8 +150,12 @@ extern int map_size_mb;     /* the ptrack.map_size GUC, in MB */
 extern bool use_segment_summary; /* developer GUC ptrack.use_segment_summary */
 extern char unknown_setting[128]; /* the first unknown ptrack.* name configured, "" if none (ptrack.cpp) */
 
-/* The source of this server run, resolved in _PG_init; kNone while tracking is off (capture/capture_source.h). */
-extern CaptureSourceId capture_source;
+/*
+ * ptrack_init_lsn() of a fresh map is established by its first reader
+ * (init_lsn()) rather than by the source: a property of the source that runs
+ * (capture/capture_source.h), set with it in _PG_init.
+ */
+extern bool init_lsn_on_first_use;
 
 PTRACK_FRAME_SAFE(SharedState, Map, MapGeometry, SaveStats, FollowerStartError);
 
@@ -182,11 +186,11 @@ inline Lsn current_mark_lsn() noexcept
 }
 
 /*
- * ptrack_init_lsn().  hooks: established on first use as current_mark_lsn(),
- * since the map has recorded every write since this process's postmaster
- * created it; never 0 once returned.  wal: set by the follower where it
- * starts reading; 0 until then (the SQL functions wait for it).  Requires an
- * attached map.
+ * ptrack_init_lsn().  With init_lsn_on_first_use (hooks): established on
+ * first use as current_mark_lsn(), since the map has recorded every write
+ * since this process's postmaster created it; never 0 once returned.
+ * Otherwise (wal): set by the follower where it starts reading; 0 until then
+ * (the SQL functions wait for it).  Requires an attached map.
  */
 Lsn init_lsn() noexcept;
 

@@ -94,7 +94,7 @@ void fill_header(const SavePoint& point, MapFileHeader* header)
                     (wal_level >= WAL_LEVEL_REPLICA ? kFlagWalLevelReplica : 0u);
     header->init_lsn = init_lsn();
     header->covered_lsn = point.covered_lsn;
-    header->source = capture_source;
+    header->source = persist_source->id;
     TimeLineID tli = 0;
     if (RecoveryInProgress())
         (void) GetXLogReplayRecPtr(&tli);

@@ -88,6 +88,7 @@ extern "C" {
 #include "capture/capture.h"
 #include "capture/capture_source.h"
 #include "capture/wal/capture_wal.h"
+#include "capture/wal/wal_load.h"
 #include "capture/file_growth.h"
 #include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
@@ -239,13 +240,6 @@ TimeLineID current_timeline()
 /* --- saves ------------------------------------------------------------------ */
 
 /*
- * Saves the map complete up to follower.next, with the file sizes its marks
- * were made from (file_growth.h): first a walk, so the map holds the marks
- * of every extension seen; the sizes file is prepared before the map and
- * promoted after it.  If the sizes cannot be written, the previous save
- * stays in force (and the slot keeps its WAL).
- */
-/*
  * The preparation map_load.cpp made before recovery (shared_state.h) has
  * served: a save now covers the fresh start it made (a restarted follower
  * resumes from the save), or tracking restarted after a read error.
@@ -258,37 +252,56 @@ void forget_restored_start()
     shared->resume_at_scan_end = false;
 }
 
-void save_map()
+/*
+ * The follower's steps of save_map() (capture_source.h): the map complete
+ * up to follower.next, with the file sizes its marks were made from
+ * (file_growth.h): first a walk, so the map holds the marks of every
+ * extension seen.  If the sizes or the limits cannot be written, the
+ * previous save stays in force (and the slot keeps its WAL).
+ */
+void wal_save_prepare()
 {
-    /* A save now would claim the record ending at follower.next, not read yet (apply_available()). */
-    if (follower.read_record_ending_at_next)
-        return;
     (void) growth_walk(false);
-    const SavePoint point{follower.next, follower.next};
-    /* Sizes and limits before the map: a saved map is never ahead of either (file_growth.h, limit_file_io.h). */
-    const bool files_saved = growth_prepare_save(point.covered_lsn) && save_limits(point.covered_lsn);
-    if (!files_saved)
-        save_stats_record_failure(); /* flush_map() counts its own */
-    if (!files_saved || !flush_map(point)) {
-        /*
-         * Retry, but not on every loop (20 a second when idle): a full disk
-         * or a wrong permission does not go away by itself.  1 s, doubling
-         * up to a minute; the WARNINGs are rate-limited too (map_io.h).
-         */
-        follower.save_backoff_s = follower.save_backoff_s == 0 ? 1 : Min(follower.save_backoff_s * 2, 60);
-        follower.save_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), follower.save_backoff_s * 1000L);
-        return;
-    }
+}
+
+Lsn wal_save_covered_lsn()
+{
+    return follower.next;
+}
+
+SavePoint wal_save_point(Lsn covered)
+{
+    /* Every mark from now on carries the end of a record after `covered`. */
+    return SavePoint{covered, covered};
+}
+
+void wal_save_done(Lsn covered)
+{
     follower.save_backoff_s = 0;
-    growth_commit_save();
     forget_restored_start();
-    follower.saved = follower.next;
+    follower.saved = covered;
     follower.save_due = false;
     /* A follower that restarts (its process only) resumes from this save. */
     shared->loaded_covered_lsn = follower.saved;
     shared->loaded_timeline = current_timeline();
     publish(&shared->follower.saved_lsn, follower.saved);
     advance_slot(follower.saved);
+}
+
+void save_now()
+{
+    /* A save now would claim the record ending at follower.next, not read yet (apply_available()). */
+    if (follower.read_record_ending_at_next)
+        return;
+    if (save_map(kWalSource))
+        return;
+    /*
+     * Retry, but not on every loop (20 a second when idle): a full disk
+     * or a wrong permission does not go away by itself.  1 s, doubling
+     * up to a minute; the WARNINGs are rate-limited too (map_io.h).
+     */
+    follower.save_backoff_s = follower.save_backoff_s == 0 ? 1 : Min(follower.save_backoff_s * 2, 60);
+    follower.save_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), follower.save_backoff_s * 1000L);
 }
 
 /* --- where to start ---------------------------------------------------------- */
@@ -681,7 +694,7 @@ void exit_follower()
         exit_save_tried = true;
         note_slot_release();
         if (follower.started && follower.next > follower.saved)
-            save_map();
+            save_now();
     }
     if (MyReplicationSlot != NULL)
         ReplicationSlotRelease();
@@ -787,7 +800,7 @@ void follow()
             publish(&shared->follower.walk_done, requested);
         }
         if (follower.save_due && (follower.save_backoff_s == 0 || GetCurrentTimestamp() >= follower.save_retry_at))
-            save_map();
+            save_now();
         if (applied == 0)
             sleep_until_woken();
         else
@@ -893,21 +906,33 @@ Lsn freshness_target()
     return end;
 }
 
+namespace {
+
+/*
+ * The reason the follower cannot start (FollowerStartError), copied under
+ * its spinlock into `message` and `hint` (sizeof the fields): the time of
+ * that ERROR, 0 if none (both left unset then).
+ */
+TimestampTz read_start_error(char* message, char* hint)
+{
+    FollowerStartError& e = shared->follower_start_error;
+    SpinLockAcquire(&e.mutex);
+    const TimestampTz since = e.time;
+    memcpy(message, e.message, sizeof(e.message));
+    memcpy(hint, e.hint, sizeof(e.hint));
+    SpinLockRelease(&e.mutex);
+    message[sizeof(e.message) - 1] = '\0';
+    hint[sizeof(e.hint) - 1] = '\0';
+    return since;
+}
+
 /* If the follower is failing to start: an ERROR saying why, with its hint (the follower keeps retrying). */
 void fail_if_follower_cannot_start()
 {
-    FollowerStartError& e = shared->follower_start_error;
-    char message[sizeof(e.message)];
-    char hint[sizeof(e.hint)];
-    SpinLockAcquire(&e.mutex);
-    const TimestampTz since = e.time;
-    memcpy(message, e.message, sizeof(message));
-    memcpy(hint, e.hint, sizeof(hint));
-    SpinLockRelease(&e.mutex);
-    if (since == 0)
+    char message[sizeof(FollowerStartError::message)];
+    char hint[sizeof(FollowerStartError::hint)];
+    if (read_start_error(message, hint) == 0)
         return;
-    message[sizeof(message) - 1] = '\0';
-    hint[sizeof(hint) - 1] = '\0';
     /* The follower's own hint names the fix (ReplicationSlotCreate(): "Free one or increase max_replication_slots."). */
     ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                     errmsg("ptrack's WAL follower cannot start: %s", message),
@@ -918,10 +943,50 @@ void fail_if_follower_cannot_start()
                                               "log.")));
 }
 
+/* ptrack_status(): why the follower cannot start (it keeps retrying), in `buf`; nullptr if nothing stops it. */
+const char* wal_not_running(char* buf, size_t len)
+{
+    char message[sizeof(FollowerStartError::message)];
+    char hint[sizeof(FollowerStartError::hint)];
+    const TimestampTz since = read_start_error(message, hint);
+    if (since == 0)
+        return nullptr;
+    snprintf(buf, len, "the WAL follower cannot start (retrying; last error at %s): %s", timestamptz_to_str(since),
+             message);
+    return buf;
+}
+
+/* ptrack_status(): the follower's columns, from FollowerProgress (never waits for it). */
+bool wal_status(SourceStatus* out)
+{
+    const FollowerProgress& f = shared->follower;
+    out->follower_pid = __atomic_load_n(&f.pid, __ATOMIC_ACQUIRE);
+    out->slot_releases = __atomic_load_n(&f.slot_releases, __ATOMIC_ACQUIRE);
+    out->follower_timeline = __atomic_load_n(&f.timeline, __ATOMIC_ACQUIRE);
+    /* The position the follower aims at first, then where it is: the lag is never negative. */
+    const Lsn target = RecoveryInProgress() ? GetXLogReplayRecPtr(NULL) : GetFlushRecPtr(NULL);
+    const Lsn applied = __atomic_load_n(&f.applied_lsn, __ATOMIC_ACQUIRE);
+    const TimestampTz caught_up = __atomic_load_n(&f.caught_up_time, __ATOMIC_ACQUIRE);
+    out->follower_lsn = applied;
+    out->have_lag_seconds = false;
+    if (applied != 0) {
+        const uint64_t lag = target > applied ? target - applied : 0;
+        out->follower_lag_bytes = lag;
+        if (lag == 0 || caught_up != 0) {
+            /* WAL still to apply was written after the follower last had applied everything. */
+            const TimestampTz now = GetCurrentTimestamp();
+            out->have_lag_seconds = true;
+            out->follower_lag_seconds =
+                lag == 0 || now <= caught_up ? 0.0 : static_cast<double>(now - caught_up) / USECS_PER_SEC;
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
 void wait_for_follower()
 {
-    if (capture_source != CaptureSourceId::kWal)
-        return;
     fail_if_follower_cannot_start();
     const Lsn target = freshness_target();
     /* A size walk that starts after this point sees every extension made before the call. */
@@ -953,6 +1018,31 @@ void wait_for_follower()
         CHECK_FOR_INTERRUPTS();
     }
 }
+
+const CaptureSourceOps kWalSource = {
+    "wal",
+    {CaptureSourceId::kWal, "ptrack_init_lsn() is set where the WAL follower starts reading.",
+     "Backups are not affected yet: the changes are tracked in memory, and the WAL since ptrack's last successful "
+     "save is kept (replication slot \"ptrack_wal_follower\") so that tracking survives a restart; pg_wal grows "
+     "until a save succeeds. The WAL follower retries with a growing pause.",
+     "Make the data directory and ptrack's files in it (ptrack.map*, ptrack.limits*, ptrack.sizes*) writable by "
+     "the server's user, and free disk space.",
+     wal_before_load, wal_start_fresh, wal_continue_loaded},
+    false,
+    register_wal_follower,
+    nullptr,
+    wal_save_prepare,
+    wal_save_covered_lsn,
+    [](Lsn covered) { return growth_prepare_save(covered); },
+    true,
+    wal_save_point,
+    wal_save_done,
+    wait_for_follower,
+    wait_for_follower,
+    false,
+    wal_not_running,
+    wal_status,
+};
 
 }  // namespace ptrack::pg
 
