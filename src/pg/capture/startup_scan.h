@@ -3,8 +3,9 @@
  * reads the WAL left in pg_wal from the point up to which the loaded map is
  * complete, and marks everything those records changed (docs/design.md
  * section 4.6).  The hooks source scans after its loaded map's covered LSN
- * and to find a fresh map's start (hooks/hooks_load.cpp); the wal source
- * scans a restored backup's WAL before recovery (wal/wal_load.cpp), so the
+ * and to find a fresh map's start (capture/hooks/hooks_load.cpp); the wal
+ * source scans a restored backup's WAL before recovery
+ * (capture/wal/wal_load.cpp), so the
  * scan sits in capture/ itself, beneath both.
  *
  * Why: a saved map holds the hooks' marks made before the save; marks made

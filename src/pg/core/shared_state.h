@@ -100,8 +100,8 @@ struct RestartInfo {
  * sees the earlier ones):
  *
  *  - fixed at start: geometry and fresh_init_floor.  Written by the
- *    postmaster in load_map() (startup/map_load.cpp) before any other
- *    process exists; fork() publishes them; read-only afterwards.  No lock.
+ *    postmaster in load_map() (persist/map_load.cpp, with the source's
+ *    steps: capture/capture_source.h) before any other process exists; fork() publishes them; read-only afterwards.  No lock.
  *  - the resume point: loaded_covered_lsn, loaded_timeline,
  *    presized_redo_lsn, restored_scan_from, restored_scan_end,
  *    resume_at_scan_end.  Written by the postmaster at start; afterwards
