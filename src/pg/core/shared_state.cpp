@@ -46,13 +46,12 @@ Lsn current_mark_lsn_in_recovery() noexcept
 
 Lsn init_lsn() noexcept
 {
-    uint64_t lsn = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
+    const uint64_t lsn = shared->init_lsn.load(Order::kAcquire);
     if (lsn != 0 || !init_lsn_on_first_use)
         return lsn;
     uint64_t expected = 0;
     const uint64_t now = Max(current_mark_lsn(), Lsn{1});
-    if (__atomic_compare_exchange_n(&shared->init_lsn, &expected, now, false, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE))
+    if (shared->init_lsn.compare_exchange(&expected, now))
         return now;
     return expected; /* another process established it first */
 }

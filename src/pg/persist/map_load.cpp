@@ -282,15 +282,15 @@ void start_fresh(SharedState* state, Map* map, const ControlFileData* control, c
         warn_not_trusted(reason);
     map->clear();
     limits.clear();
-    state->init_lsn = 0;
+    state->init_lsn.store(0, Order::kRelaxed);
     persist_source->start_fresh(control, state, map);
     state->loaded_covered_lsn = 0;
     state->loaded_timeline = 0;
     /* A map refused is a restart of tracking: ptrack_status() counts it and says why. */
     if (reason != nullptr) {
-        state->restart_count = 1;
+        state->restart_count.store(1, Order::kRelaxed);
         state->last_restart.time = GetCurrentTimestamp();
-        state->last_restart.lsn = state->init_lsn;
+        state->last_restart.lsn = state->init_lsn.load(Order::kRelaxed);
         snprintf(state->last_restart.reason, sizeof(state->last_restart.reason),
                  "the map file was not trusted at startup because %s", reason);
     }
@@ -370,10 +370,11 @@ void load_map(SharedState* state, Map* map)
         else if (stat(kMapDeltaFileName, &st) == 0)
             reason = "it is missing while \"ptrack.map.delta\" exists (was it deleted?)";
         start_fresh(state, map, control, reason, false);
-        if (reason == nullptr && state->init_lsn != 0)
+        const Lsn init = state->init_lsn.load(Order::kRelaxed);
+        if (reason == nullptr && init != 0)
             ereport(LOG, (errmsg("ptrack map file \"%s\" not found: change tracking starts afresh, "
                                  "ptrack_init_lsn() is %X/%X",
-                                 kMapFileName, PTRACK_LSN_ARGS(state->init_lsn))));
+                                 kMapFileName, PTRACK_LSN_ARGS(init))));
         else if (reason == nullptr)
             ereport(LOG, (errmsg("ptrack map file \"%s\" not found: change tracking starts afresh", kMapFileName),
                           errdetail("%s", persist_source->fresh_init_detail)));
@@ -384,7 +385,7 @@ void load_map(SharedState* state, Map* map)
         if (reason == nullptr)
             reason = persist_source->continue_loaded(control, header, map);
         if (reason == nullptr) {
-            state->init_lsn = header.init_lsn;
+            state->init_lsn.store(header.init_lsn, Order::kRelaxed);
             state->loaded_covered_lsn = header.covered_lsn;
             state->loaded_timeline = header.timeline;
             ereport(LOG, (errmsg("ptrack loaded map file \"%s\", ptrack_init_lsn() is %X/%X", kMapFileName,

@@ -140,6 +140,7 @@ enum StatusColumn {
 }  // namespace ptrack::pg
 
 using namespace ptrack::pg;
+using ptrack::Order;
 
 extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
 {
@@ -196,13 +197,13 @@ extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
     nulls[kFalsePositiveRate] = false;
     values[kFalsePositiveRate] = Float8GetDatum(fill * fill);
 
-    const uint64_t init = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
+    const uint64_t init = shared->init_lsn.load(Order::kAcquire);
     if (init != 0) {
         nulls[kInitLsn] = false;
         values[kInitLsn] = LSNGetDatum(init);
     }
 
-    SaveStats saves;
+    SaveRecord saves;
     save_stats_read(&saves);
     values[kSaves] = Int64GetDatum(static_cast<int64>(saves.saves));
     values[kFailedSaves] = Int64GetDatum(static_cast<int64>(saves.failures));
@@ -213,7 +214,7 @@ extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
         values[kLastSaveTime] = TimestampTzGetDatum(saves.time);
         values[kLastSaveBytes] = Int64GetDatum(static_cast<int64>(saves.bytes));
         values[kLastSaveMs] = Float8GetDatum(static_cast<double>(saves.duration_us) / 1000.0);
-        values[kLastSaveFull] = BoolGetDatum(saves.full != 0);
+        values[kLastSaveFull] = BoolGetDatum(saves.full);
     }
 
     SourceStatus own{};
@@ -239,7 +240,7 @@ extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
         }
     }
 
-    values[kRestarts] = Int64GetDatum(static_cast<int64>(__atomic_load_n(&shared->restart_count, __ATOMIC_ACQUIRE)));
+    values[kRestarts] = Int64GetDatum(static_cast<int64>(shared->restart_count.load(Order::kAcquire)));
     RestartInfo& last = shared->last_restart;
     char restart_reason[sizeof(last.reason)];
     SpinLockAcquire(&last.mutex);

@@ -166,7 +166,7 @@ const char* rescan_loaded_map(const ControlFileData* control, const MapFileHeade
 
 void hooks_start_fresh(const ControlFileData* control, SharedState* state, Map* map)
 {
-    state->init_lsn = fresh_map_init_lsn(control, map);
+    state->init_lsn.store(fresh_map_init_lsn(control, map), Order::kRelaxed); /* no other process yet */
 }
 
 const char* hooks_continue_loaded(const ControlFileData* control, const MapFileHeader& header, Map* map)

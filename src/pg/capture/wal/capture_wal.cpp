@@ -168,9 +168,9 @@ struct Follower {
 PTRACK_FRAME_SAFE(Follower, SavePoint);
 Follower follower;
 
-void publish(uint64_t* field, Lsn lsn)
+void publish(Atomic<uint64_t>* field, Lsn lsn)
 {
-    __atomic_store_n(field, lsn, __ATOMIC_RELEASE);
+    field->store(lsn, Order::kRelease);
 }
 
 /* --- the replication slot ---------------------------------------------------- */
@@ -373,7 +373,7 @@ void establish_start()
 {
     acquire_slot();
     Lsn restart = slot_restart_lsn();
-    const Lsn init = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
+    const Lsn init = shared->init_lsn.load(Order::kAcquire);
     const Lsn covered = shared->loaded_covered_lsn;
     const char* restart_reason = nullptr;
     if (init != 0 && covered != 0) {
@@ -475,9 +475,8 @@ void start_fresh(Lsn start, Lsn floor, bool with_record_ending_at_start)
     follower.started = true;
     follower.save_due = true; /* a first save makes the fresh map resumable */
     uint64_t expected = 0;
-    if (!__atomic_compare_exchange_n(&shared->init_lsn, &expected, fresh_init, false, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE))
-        atomic_max_lsn(&shared->init_lsn, fresh_init); /* a restart already moved it */
+    if (!shared->init_lsn.compare_exchange(&expected, fresh_init))
+        shared->init_lsn.store_max(fresh_init); /* a restart already moved it */
     ereport(LOG, (errmsg("ptrack WAL follower starts a fresh map at %X/%X; ptrack_init_lsn() is %X/%X",
                          PTRACK_LSN_ARGS(start), PTRACK_LSN_ARGS(init_lsn()))));
 }
@@ -526,9 +525,9 @@ bool is_checkpoint_record(XLogReaderState* reader)
  */
 void publish_caught_up(TimeLineID tli)
 {
-    __atomic_store_n(&shared->follower.caught_up_time, static_cast<int64_t>(GetCurrentTimestamp()), __ATOMIC_RELEASE);
+    shared->follower.caught_up_time.store(static_cast<int64_t>(GetCurrentTimestamp()), Order::kRelease);
     if (tli != 0)
-        __atomic_store_n(&shared->follower.timeline, static_cast<uint32_t>(tli), __ATOMIC_RELEASE);
+        shared->follower.timeline.store(static_cast<uint32_t>(tli), Order::kRelease);
 }
 
 /*
@@ -668,7 +667,7 @@ void note_slot_release()
     const WALAvailability availability = GetWALAvailability(restart);
     if (availability != WALAVAIL_UNRESERVED && availability != WALAVAIL_REMOVED)
         return;
-    __atomic_add_fetch(&shared->follower.slot_releases, 1, __ATOMIC_ACQ_REL);
+    (void) shared->follower.slot_releases.add(1, Order::kAcqRel);
     ereport(LOG, (errmsg("ptrack WAL follower stops to release its replication slot \"%s\", which keeps more WAL "
                          "than max_slot_wal_keep_size (%d MB) allows",
                          kFollowerSlotName, max_slot_wal_keep_size_mb),
@@ -794,8 +793,8 @@ void follow()
         follower.reading = true;
         const int applied = apply_available(1000);
         follower.reading = false;
-        const uint64_t requested = __atomic_load_n(&shared->follower.walk_requested, __ATOMIC_ACQUIRE);
-        if (requested != __atomic_load_n(&shared->follower.walk_done, __ATOMIC_ACQUIRE)) {
+        const uint64_t requested = shared->follower.walk_requested.load(Order::kAcquire);
+        if (requested != shared->follower.walk_done.load(Order::kAcquire)) {
             (void) growth_walk(false);
             publish(&shared->follower.walk_done, requested);
         }
@@ -960,13 +959,13 @@ const char* wal_not_running(char* buf, size_t len)
 bool wal_status(SourceStatus* out)
 {
     const FollowerProgress& f = shared->follower;
-    out->follower_pid = __atomic_load_n(&f.pid, __ATOMIC_ACQUIRE);
-    out->slot_releases = __atomic_load_n(&f.slot_releases, __ATOMIC_ACQUIRE);
-    out->follower_timeline = __atomic_load_n(&f.timeline, __ATOMIC_ACQUIRE);
+    out->follower_pid = f.pid.load(Order::kAcquire);
+    out->slot_releases = f.slot_releases.load(Order::kAcquire);
+    out->follower_timeline = f.timeline.load(Order::kAcquire);
     /* The position the follower aims at first, then where it is: the lag is never negative. */
     const Lsn target = RecoveryInProgress() ? GetXLogReplayRecPtr(NULL) : GetFlushRecPtr(NULL);
-    const Lsn applied = __atomic_load_n(&f.applied_lsn, __ATOMIC_ACQUIRE);
-    const TimestampTz caught_up = __atomic_load_n(&f.caught_up_time, __ATOMIC_ACQUIRE);
+    const Lsn applied = f.applied_lsn.load(Order::kAcquire);
+    const TimestampTz caught_up = f.caught_up_time.load(Order::kAcquire);
     out->follower_lsn = applied;
     out->have_lag_seconds = false;
     if (applied != 0) {
@@ -990,15 +989,15 @@ void wait_for_follower()
     fail_if_follower_cannot_start();
     const Lsn target = freshness_target();
     /* A size walk that starts after this point sees every extension made before the call. */
-    const uint64_t walk = __atomic_add_fetch(&shared->follower.walk_requested, 1, __ATOMIC_ACQ_REL);
+    const uint64_t walk = shared->follower.walk_requested.add(1, Order::kAcqRel);
     const TimestampTz start = GetCurrentTimestamp();
     for (;;) {
-        const Lsn applied = __atomic_load_n(&shared->follower.applied_lsn, __ATOMIC_ACQUIRE);
-        const Lsn init = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
-        const uint64_t walked = __atomic_load_n(&shared->follower.walk_done, __ATOMIC_ACQUIRE);
+        const Lsn applied = shared->follower.applied_lsn.load(Order::kAcquire);
+        const Lsn init = shared->init_lsn.load(Order::kAcquire);
+        const uint64_t walked = shared->follower.walk_done.load(Order::kAcquire);
         if (init != 0 && applied >= target && walked >= walk)
             return;
-        if (void* latch = __atomic_load_n(&shared->follower.latch, __ATOMIC_ACQUIRE))
+        if (void* latch = shared->follower.latch.load(Order::kAcquire))
             SetLatch(static_cast<Latch*>(latch));
         /* A follower (a restarted one too) that fails to start meanwhile: say so now, not after the timeout. */
         fail_if_follower_cannot_start();
@@ -1047,13 +1046,14 @@ const CaptureSourceOps kWalSource = {
 }  // namespace ptrack::pg
 
 using namespace ptrack::pg;
+using ptrack::Order;
 
 /* ptrack_status() shows no follower PID once it has exited, however it exits; nobody sets its latch. */
 static void clear_follower_pid(int, Datum)
 {
-    __atomic_store_n(&shared->follower.pid, 0, __ATOMIC_RELEASE);
+    shared->follower.pid.store(0, Order::kRelease);
     /* The latch is in this process's PGPROC, which another process gets next: waiters must not set it. */
-    __atomic_store_n(&shared->follower.latch, static_cast<void*>(nullptr), __ATOMIC_RELEASE);
+    shared->follower.latch.store(nullptr, Order::kRelease);
 }
 
 void ptrack_wal_follower_main(Datum)
@@ -1068,8 +1068,8 @@ void ptrack_wal_follower_main(Datum)
     growth_create();
     follower.next = InvalidXLogRecPtr;
     publish(&shared->follower.applied_lsn, 0);
-    __atomic_store_n(&shared->follower.latch, static_cast<void*>(MyLatch), __ATOMIC_RELEASE);
-    __atomic_store_n(&shared->follower.pid, static_cast<int32_t>(MyProcPid), __ATOMIC_RELEASE);
+    shared->follower.latch.store(static_cast<void*>(MyLatch), Order::kRelease);
+    shared->follower.pid.store(static_cast<int32_t>(MyProcPid), Order::kRelease);
     before_shmem_exit(clear_follower_pid, 0);
     follow();
 }
