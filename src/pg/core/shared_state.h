@@ -120,7 +120,8 @@ struct RestartInfo {
  *
  *  - fixed at start: geometry and fresh_init_floor.  Written by the
  *    postmaster in load_map() (persist/map_load.cpp, with the source's
- *    steps: capture/capture_source.h) before any other process exists; fork() publishes them; read-only afterwards.  No lock.
+ *    steps: capture/capture_source.h) before any other process exists;
+ *    fork() publishes them; read-only afterwards.  No lock.
  *  - the resume point: loaded_covered_lsn, loaded_timeline,
  *    presized_redo_lsn, restored_scan_from, restored_scan_end,
  *    resume_at_scan_end.  Written by the postmaster at start; afterwards
@@ -149,11 +150,11 @@ struct SharedState {
     Lsn loaded_covered_lsn;    /* covered LSN of the map loaded at startup or, wal, of the follower's
                                   latest save (where a restarted follower resumes); 0 for a fresh map */
     uint32_t loaded_timeline;  /* timeline of that save */
-    Lsn fresh_init_floor;      /* wal: a fresh map's init_lsn is at least this (map_load.cpp) */
+    Lsn fresh_init_floor;      /* wal: a fresh map's init_lsn is at least this (wal_load.cpp) */
     Lsn presized_redo_lsn;     /* wal: ptrack.sizes holds the file sizes from before recovery, which starts
-                                  at this redo LSN; 0 if not (map_load.cpp, capture_wal.cpp) */
+                                  at this redo LSN; 0 if not (wal_load.cpp, capture_wal.cpp) */
     Lsn restored_scan_from;    /* wal, a restored backup: the map holds every change from this LSN ... */
-    Lsn restored_scan_end;     /* ... to this one, read before recovery; 0 if not (map_load.cpp) */
+    Lsn restored_scan_end;     /* ... to this one, read before recovery; 0 if not (wal_load.cpp) */
     bool resume_at_scan_end;   /* the follower may start reading at restored_scan_end (a restored primary) */
     Atomic<uint64_t> restart_count; /* tracking restarts since the server started */
     FollowerProgress follower;

@@ -23,9 +23,9 @@
  * A fresh map starts where the follower starts reading (the slot's position:
  * at worst the latest checkpoint's redo LSN), so ptrack_init_lsn() is that
  * position, no later than the start of any backup taken afterwards
- * (map_load.cpp adds a floor after a clean shutdown), nor earlier than the
+ * (wal_load.cpp adds a floor after a clean shutdown), nor earlier than the
  * baseline of file sizes it marks growth from: a walk when it starts, or,
- * in a data directory restored from a base backup, the sizes map_load.cpp
+ * in a data directory restored from a base backup, the sizes wal_load.cpp
  * recorded before recovery, which make the map complete from the backup's
  * redo LSN (a FULL backup on a fresh standby is then a valid parent).
  * There the follower reads the WAL from that redo LSN even when its slot
@@ -240,7 +240,7 @@ TimeLineID current_timeline()
 /* --- saves ------------------------------------------------------------------ */
 
 /*
- * The preparation map_load.cpp made before recovery (shared_state.h) has
+ * The preparation wal_load.cpp made before recovery (shared_state.h) has
  * served: a save now covers the fresh start it made (a restarted follower
  * resumes from the save), or tracking restarted after a read error.
  */
@@ -404,7 +404,7 @@ void establish_start()
         restart = reserve_wal();
     /*
      * A restored primary's WAL was read before recovery up to the scan's end
-     * (map_load.cpp); read on from there.  That WAL is in the segment of the
+     * (wal_load.cpp); read on from there.  That WAL is in the segment of the
      * end-of-recovery checkpoint or just before it: if it is gone after all,
      * reading fails and tracking restarts, never silently.
      */
@@ -431,7 +431,7 @@ void establish_start()
  * A fresh map, read from `start` on: extensions are seen from a baseline of
  * sizes on, so ptrack_init_lsn() is no earlier than the LSN of that baseline
  * (the LSN read after a walk, or the redo LSN the sizes recorded before
- * recovery belong to), nor than `floor` (map_load.cpp; UINT64_MAX: unknown,
+ * recovery belong to), nor than `floor` (wal_load.cpp; UINT64_MAX: unknown,
  * take the baseline's LSN).  `with_record_ending_at_start`: reading begins
  * with the record that ends exactly at `start`, if any (apply_available()),
  * so `start` itself is proven.
@@ -439,7 +439,7 @@ void establish_start()
 void start_fresh(Lsn start, Lsn floor, bool with_record_ending_at_start)
 {
     /*
-     * What map_load.cpp prepared before recovery serves the first fresh
+     * What wal_load.cpp prepared before recovery serves the first fresh
      * start: the sizes, if no WAL between them and `start` goes unread
      * (reading starts before them, or the scan read up to `start`); the
      * scan's range, if reading goes on from its end.  It stays until that
