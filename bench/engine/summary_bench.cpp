@@ -68,13 +68,6 @@ namespace {
 constexpr uint32_t kSegBlocks = 131072;
 constexpr size_t kBudget = size_t{64} << 20;
 
-double cpu_seconds()
-{
-    timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 /* CRC-32C with the SSE4.2 instruction (the same polynomial as PostgreSQL's). */
 uint32_t crc_update(uint32_t crc, const void* data, size_t len)
 {
@@ -135,29 +128,6 @@ Cluster make_cluster(uint64_t blocks, int small, int large)
         c.files += (sizes[i] + kSegBlocks - 1) / kSegBlocks;
     }
     return c;
-}
-
-/* The relations of an active set holding `fraction` of the cluster. */
-std::vector<uint32_t> active_set(const Cluster& c, double fraction, uint64_t seed)
-{
-    std::vector<uint32_t> order(c.relations.size());
-    for (uint32_t i = 0; i < order.size(); ++i)
-        order[i] = i;
-    if (fraction >= 1.0)
-        return order;
-    bench::Rng rng(seed);
-    for (size_t i = order.size() - 1; i > 0; --i)
-        std::swap(order[i], order[rng.below(i + 1)]);
-    std::vector<uint32_t> chosen;
-    uint64_t blocks = 0;
-    for (uint32_t i : order) {
-        if (static_cast<double>(blocks) >= fraction * static_cast<double>(c.total))
-            break;
-        chosen.push_back(i);
-        blocks += c.relations[i].nblocks;
-    }
-    std::sort(chosen.begin(), chosen.end());
-    return chosen;
 }
 
 /*
@@ -279,7 +249,7 @@ Answer answer(const std::vector<std::vector<uint8_t>>& files, ptrack::ChangeSet*
               const bench::Bits* truth, uint64_t* false_positives)
 {
     Answer a;
-    const double t0 = cpu_seconds();
+    const double t0 = bench::cpu_seconds();
     std::vector<ptrack::SummaryView> views(files.size());
     for (size_t i = 0; i < files.size(); ++i)
         if (ptrack::summary_open(files[i].data(), files[i].size(), kSystem, kPg, crc_final, &views[i]) !=
@@ -314,7 +284,7 @@ Answer answer(const std::vector<std::vector<uint8_t>>& files, ptrack::ChangeSet*
             a.listed += count;
             if (truth == nullptr)
                 continue;
-            const double v0 = cpu_seconds();
+            const double v0 = bench::cpu_seconds();
             const Relation& r = c.relations[rel.relfilenode - 16384];
             const uint64_t base = r.first + uint64_t{segno} * kSegBlocks;
             for (size_t byte = 0; byte < length; ++byte)
@@ -326,12 +296,12 @@ Answer answer(const std::vector<std::vector<uint8_t>>& files, ptrack::ChangeSet*
                         else
                             ++fp;
                     }
-            verify_cpu += cpu_seconds() - v0;
+            verify_cpu += bench::cpu_seconds() - v0;
         }
     }
     if (live_cursor != nullptr)
         live->close_cursor(live_cursor);
-    a.cpu = cpu_seconds() - t0 - verify_cpu;
+    a.cpu = bench::cpu_seconds() - t0 - verify_cpu;
     if (truth != nullptr) {
         const uint64_t changed = truth->count();
         if (tp != changed) {
@@ -389,16 +359,16 @@ int main(int argc, char** argv)
         if (quick && s.fraction != 0.01)
             continue;
         const std::vector<uint32_t> active =
-            s.concentrated ? active_set(c, std::min(1.0, 4 * s.fraction), 99) : active_set(c, 1.0, 0);
+            s.concentrated ? bench::active_set(c, std::min(1.0, 4 * s.fraction), 99) : bench::active_set(c, 1.0, 0);
         const auto target = static_cast<uint64_t>(s.fraction * static_cast<double>(c.total));
         const uint64_t seed = 4242 + static_cast<uint64_t>(s.fraction * 1000) + s.concentrated;
 
         /* The stream alone (drawing blocks, the truth bitset): subtracted from the add and mark costs. */
         uint64_t sink_sum = 0;
-        const double g0 = cpu_seconds();
+        const double g0 = bench::cpu_seconds();
         replay_day(c, active, s.concentrated, target, seed, truth,
                    [&](uint32_t rel, BlockNumber b) { sink_sum += rel ^ b; });
-        const double stream_cpu = cpu_seconds() - g0;
+        const double stream_cpu = bench::cpu_seconds() - g0;
         if (sink_sum == 42)
             std::printf(" ");
 
@@ -409,7 +379,7 @@ int main(int argc, char** argv)
         Lsn lsn = Lsn{1} << 40, start = lsn;
         const Lsn day_start = lsn;
         double write_cpu = 0;
-        const double f0 = cpu_seconds();
+        const double f0 = bench::cpu_seconds();
         const uint64_t refs = replay_day(c, active, s.concentrated, target, seed, truth, [&](uint32_t rel, BlockNumber b) {
             lsn += 1000;
             const ptrack::AddResult r = set.add_block(c.relations[rel].rel, b);
@@ -419,15 +389,15 @@ int main(int argc, char** argv)
                 std::fprintf(stderr, "FATAL: refused before kCutSoon\n");
                 std::exit(1);
             }
-            const double w0 = cpu_seconds();
+            const double w0 = bench::cpu_seconds();
             ptrack::ChangeCursor* cur = set.open_cursor();
             files.push_back(write_summary(*cur, start, lsn + 1, writer));
             set.close_cursor(cur);
             set.clear();
             start = lsn + 1;
-            write_cpu += cpu_seconds() - w0;
+            write_cpu += bench::cpu_seconds() - w0;
         });
-        const double feed_cpu = cpu_seconds() - f0 - write_cpu - stream_cpu;
+        const double feed_cpu = bench::cpu_seconds() - f0 - write_cpu - stream_cpu;
         const uint64_t changed = truth.count();
 
         /* The answer from the day's summaries and the in-memory rest. */
@@ -473,14 +443,14 @@ int main(int argc, char** argv)
             map.clear();
             Lsn mlsn = Lsn{1} << 32;
             bench::Bits history(c.total);
-            replay_day(c, active_set(c, 1.0, 0), true, c.total / 20, 777, history,
+            replay_day(c, bench::active_set(c, 1.0, 0), true, c.total / 20, 777, history,
                        [&](uint32_t rel, BlockNumber b) { map.mark(c.relations[rel].rel, b, mlsn += 1000); });
             const Lsn since = mlsn + 1;
-            const double m0 = cpu_seconds();
+            const double m0 = bench::cpu_seconds();
             bench::Bits again(c.total);
             replay_day(c, active, s.concentrated, target, seed, again,
                        [&](uint32_t rel, BlockNumber b) { map.mark(c.relations[rel].rel, b, mlsn += 1000); });
-            const double mark_cpu = cpu_seconds() - m0 - stream_cpu;
+            const double mark_cpu = bench::cpu_seconds() - m0 - stream_cpu;
             std::snprintf(mark_s, sizeof mark_s, "%.0f", mark_cpu * 1e9 / static_cast<double>(refs));
             std::vector<uint8_t> pm(ptrack::pagemap_bytes(kSegBlocks));
             uint64_t file_index = 0, listed = 0, unchanged = 0, mfp = 0;
@@ -491,9 +461,9 @@ int main(int argc, char** argv)
                         continue;
                     const uint32_t n = static_cast<uint32_t>(
                         std::min<uint64_t>(kSegBlocks, r.nblocks - uint64_t{seg} * kSegBlocks));
-                    const double s0 = cpu_seconds();
+                    const double s0 = bench::cpu_seconds();
                     listed += map.segment_pagemap(r.rel, seg, n, since, pm.data(), true);
-                    scan_cpu += cpu_seconds() - s0;
+                    scan_cpu += bench::cpu_seconds() - s0;
                     const uint64_t base = r.first + uint64_t{seg} * kSegBlocks;
                     for (uint32_t b = 0; b < n; ++b) {
                         const bool t = truth.test(base + b);

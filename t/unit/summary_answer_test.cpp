@@ -24,6 +24,7 @@
 #include "change_model.h"
 #include "crc32c_oracle.h"
 #include "memory_sink.h"
+#include "summary_fixture.h"
 #include "ptrack/change_set.h"
 #include "ptrack/pagemap.h"
 #include "ptrack/summary_answer.h"
@@ -45,20 +46,10 @@ constexpr uint32_t kPg = 15;
 
 SummaryHeader range(Lsn start, Lsn end)
 {
-    SummaryHeader h{};
-    h.pg_major = kPg;
-    h.timeline = 1;
-    h.system_identifier = kSystem;
-    h.start_lsn = start;
-    h.end_lsn = end;
-    return h;
+    return ptrack_test::summary_header(kSystem, kPg, 1, start, end);
 }
 
-struct Buffers {
-    std::vector<uint8_t> buffer = std::vector<uint8_t>(kSummaryMinBuffer);
-    std::unique_ptr<ChunkBits> scratch = std::make_unique<ChunkBits>();
-    SummaryWriteBuffers get() { return SummaryWriteBuffers{buffer.data(), buffer.size(), scratch.get()}; }
-};
+using Buffers = ptrack_test::SummaryBuffers;
 
 /* Three summaries of [100, 200), [200, 300), [300, 400) and an in-memory set from 400, with their models. */
 struct History {

@@ -25,6 +25,7 @@
 #include "change_model.h"
 #include "crc32c_oracle.h"
 #include "memory_sink.h"
+#include "summary_fixture.h"
 #include "ptrack/change_set.h"
 #include "ptrack/summary_file.h"
 
@@ -44,20 +45,10 @@ constexpr uint32_t kPg = 17;
 
 SummaryHeader header_for(Lsn start, Lsn end)
 {
-    SummaryHeader h{};
-    h.pg_major = kPg;
-    h.timeline = 3;
-    h.system_identifier = kSystem;
-    h.start_lsn = start;
-    h.end_lsn = end;
-    return h;
+    return ptrack_test::summary_header(kSystem, kPg, 3, start, end);
 }
 
-struct Buffers {
-    std::vector<uint8_t> buffer = std::vector<uint8_t>(kSummaryMinBuffer);
-    std::unique_ptr<ChunkBits> scratch = std::make_unique<ChunkBits>();
-    SummaryWriteBuffers get() { return SummaryWriteBuffers{buffer.data(), buffer.size(), scratch.get()}; }
-};
+using Buffers = ptrack_test::SummaryBuffers;
 
 /* Writes `set` as a summary of [start, end). */
 std::vector<uint8_t> write_set(ChangeSet& set, Lsn start = 0x1000000, Lsn end = 0x2000000,
