@@ -218,8 +218,15 @@ printf "summarizer: %d blocks listed (existing now; %d gone since, %d in other t
   $total, $gone, $other_spc;
 printf "ptrack:     %d blocks listed; %d of the summarizer's blocks MISSED (false negatives)\n",
   $ptrack_total, scalar @missed;
-printf "extra:      %d blocks listed by ptrack only (false positives: %.2f%% of ptrack's list)\n",
-  $fp, $ptrack_total ? 100.0 * $fp / $ptrack_total : 0;
+my %extra_by_fork;
+for my $key (keys %listed) {
+	next if $summ_seen{$key};
+	my ($file) = split /:/, $key;
+	$extra_by_fork{ $file =~ /_(fsm|vm|init)(\.\d+)?$/ ? $1 : 'main' }++;
+}
+printf "extra:      %d blocks listed by ptrack only (false positives: %.2f%% of ptrack's list; by fork: %s)\n",
+  $fp, $ptrack_total ? 100.0 * $fp / $ptrack_total : 0,
+  join(', ', map { "$_ $extra_by_fork{$_}" } sort keys %extra_by_fork) || 'none';
 if (@missed) {
 	print "MISSED:     $_\n" for @missed[0 .. ($#missed < 19 ? $#missed : 19)];
 	exit 1;
