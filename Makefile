@@ -71,6 +71,14 @@ REGRESS = ptrack_api ptrack_update ptrack_relocate ptrack_errors ptrack_status
 REGRESS_OPTS = --temp-instance=$(CURDIR)/tmp_check_regress --temp-config=$(CURDIR)/t/regress.conf
 TAP_TESTS = 1
 
+# The suite's wal mode (scripts/run-tests.sh sets PTRACK_CAPTURE): every test
+# node (PostgreSQL::Test::Cluster appends TEMP_CONFIG at init) and the
+# pg_regress instance capture from the WAL, also on a server with the hooks.
+ifeq ($(PTRACK_CAPTURE),wal)
+export TEMP_CONFIG = $(CURDIR)/t/capture_wal.conf
+REGRESS_OPTS += --temp-config=$(CURDIR)/t/capture_wal.conf
+endif
+
 EXTRA_CLEAN = t/unit/engine_tests tmp_check tmp_check_regress tmp_check_regress_off \
 	results regression.diffs regression.out
 

@@ -28,6 +28,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+use PtrackCluster qw(tablespace_version_re);
 use PtrackOracle qw(block_counts listed_ok lsn_to_int no_misses_ok relation_files);
 
 my $node = PostgreSQL::Test::Cluster->new('page_lsn_oracle');
@@ -162,7 +163,7 @@ cmp_ok($stats->{at_or_after}, '>', 1000,
 cmp_ok($stats->{extended}, '>', 1000,
 	"L = ptrack_init_lsn(): the oracle saw many blocks extended after L ($stats->{extended})");
 my $map = $stats->{pagemapset};
-listed_ok($map, qr{^pg_tblspc/\d+/PG_15_\d+/\d+/\d+},
+listed_ok($map, qr{^pg_tblspc/\d+/@{[tablespace_version_re()]}/\d+/\d+},
 	'L = ptrack_init_lsn(): files in tablespace ts1 are listed',
 	pgdata => $node->data_dir);
 my ($file_copy_db) = $node->safe_psql('postgres',

@@ -23,6 +23,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+use PtrackCluster qw(tablespace_version_re);
 use PtrackOracle qw(BLCKSZ pagemapset relation_files);
 
 my $node = PostgreSQL::Test::Cluster->new('temp_unlogged');
@@ -127,7 +128,7 @@ session_query($session, 'VACUUM tmp_ts');
 my $tmp_path = session_query($session, "SELECT pg_relation_filepath('tmp_big')");
 my $tmp_ts_path = session_query($session, "SELECT pg_relation_filepath('tmp_ts')");
 like($tmp_path, qr{^base/\d+/t\d+_\d+$}, "temp table file is $tmp_path");
-like($tmp_ts_path, qr{^pg_tblspc/\d+/PG_15_\d+/\d+/t\d+_\d+$},
+like($tmp_ts_path, qr{^pg_tblspc/\d+/@{[tablespace_version_re()]}/\d+/t\d+_\d+$},
 	"temp table in tablespace ts1: file is $tmp_ts_path");
 
 my @temp_files = grep { $_->{temp} } relation_files($pgdata);

@@ -23,7 +23,9 @@
 # Cases:
 #   4. the file damaged while the server is stopped: header field (header
 #      CRC), magic, truncated, empty (too short for a header), bytes
-#      appended, garbage of the same size; a map from another cluster;
+#      appended, garbage of the same size; a map from another cluster; a
+#      map written under another PostgreSQL major version (its header's
+#      major version changed, CRC valid);
 #      ptrack.map_size changed (64MB -> 32MB); data checksums enabled with
 #      pg_checksums; the last batch of ptrack.map.delta cut short, and the
 #      delta file removed (the map is then older than the latest checkpoint);
@@ -58,7 +60,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 use PtrackCluster
-  qw(capture_mode ptrack_node map_header delta_batches log_position log_since not_trusted_re count_matches init_lsn
+  qw(capture_mode ptrack_node map_header set_map_server_major server_major delta_batches log_position log_since not_trusted_re count_matches init_lsn
   rewind_from);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok pagemapset show_misses);
 
@@ -68,6 +70,7 @@ my %reason = (
 	size => 'its size does not match its header',
 	short => 'it is too short to hold a header',
 	other => 'it belongs to another database cluster (system identifier differs)',
+	major => 'it was written under another PostgreSQL major version',
 	map_size => 'ptrack.map_size changed since it was written',
 	checksums => 'data checksums were enabled or disabled since it was written',
 	older => 'it is older than the latest checkpoint (a flush was missed, or the WAL was reset)',
@@ -170,7 +173,9 @@ sub check_rejected
 
 # wal_keep_size: pg_rewind needs the old primary's WAL back to the last
 # common checkpoint.
-my $node = ptrack_node('untrusted', allows_streaming => 1,
+# Without data checksums whatever the version's default (18 turns them on):
+# a case below enables them.
+my $node = ptrack_node('untrusted', allows_streaming => 1, checksums => 0,
 	conf => "autovacuum = off\nwal_keep_size = 1GB\n");
 $node->start;
 my $pgdata = $node->data_dir;
@@ -296,6 +301,11 @@ ok($other_header && $other_header->{crc_ok} && $other_header->{size} == $map_byt
   or diag explain($other_header // 'no ptrack.map');
 stopped_case('map of another cluster', $reason{other},
 	sub { copy($other->data_dir . '/ptrack.map', "$pgdata/ptrack.map") or die "copy: $!" });
+
+my $other_major = server_major() == 15 ? 18 : 15;
+is(map_header($pgdata)->{server_major}, server_major(), 'ptrack.map records the server\'s major version');
+stopped_case("map written under PostgreSQL $other_major", $reason{major},
+	sub { set_map_server_major($pgdata, $other_major) });
 
 stopped_case('ptrack.map_size 64MB -> 32MB', $reason{map_size},
 	sub { $node->append_conf('postgresql.conf', 'ptrack.map_size = 32MB') });

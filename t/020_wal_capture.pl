@@ -3,7 +3,9 @@
 # 020_wal_capture.pl -- WAL capture on a stock server (wal mode only): what
 # the hooks mode has no counterpart for (docs/design.md section 7).
 #
-#   1. the library loads on a server without the core hooks; SHOW
+#   1. the library loads on a server without the core hooks (on 17 and 18,
+#      whose suite runs wal mode on the patched build, the prefix's
+#      bin/postgres-nohooks: ptrack_node(stock => 1)); SHOW
 #      ptrack.capture says "wal"; the follower holds its replication slot;
 #      ptrack.capture = hooks refuses to start there, with a hint;
 #   2. freshness: right after a burst of writes, with no checkpoint and no
@@ -57,7 +59,7 @@ sub follower_pid
 # 1. Loading, the capture source, the slot
 # ---------------------------------------------------------------------------
 
-my $node = ptrack_node('primary', allows_streaming => 1,
+my $node = ptrack_node('primary', allows_streaming => 1, stock => 1,
 	conf => "autovacuum = off\nlog_checkpoints = on\nmax_wal_size = 64MB\nrestart_after_crash = on\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION ptrack');

@@ -29,7 +29,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node log_position log_since not_trusted_re count_matches init_lsn);
+use PtrackCluster qw(capture_mode tablespace_version_re ptrack_node log_position log_since not_trusted_re count_matches init_lsn);
 use PtrackOracle qw(lsn_to_int no_misses_ok pagemapset relation_files);
 
 plan skip_all => 'the limit table is fed by the WAL follower (wal capture only)'
@@ -109,7 +109,7 @@ my $ts_dir = PostgreSQL::Test::Utils::tempdir_short();
 $node->safe_psql('postgres', "CREATE TABLESPACE ts LOCATION '$ts_dir'");
 $node->safe_psql('postgres', 'ALTER DATABASE d_copy SET TABLESPACE ts');
 my $ts_oid = $node->safe_psql('postgres', q{SELECT oid FROM pg_tablespace WHERE spcname = 'ts'});
-my ($version_dir) = grep { /^PG_15_/ } do { opendir(my $d, "$pgdata/pg_tblspc/$ts_oid") or die $!; readdir($d) };
+my ($version_dir) = grep { /^@{[tablespace_version_re()]}$/ } do { opendir(my $d, "$pgdata/pg_tblspc/$ts_oid") or die $!; readdir($d) };
 my $moved = "pg_tblspc/$ts_oid/$version_dir/$oid_copy";
 whole_ok($moved, 'ALTER DATABASE SET TABLESPACE');
 

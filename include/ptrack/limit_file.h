@@ -12,8 +12,9 @@
  *
  *   [0, 64)   header: magic "PTRKLIMT", version, bucket count, system
  *             identifier, covered LSN, placement fingerprint, body length,
- *             body CRC-32C, and the CRC-32C of the header's first 60 bytes
- *             in its last 4
+ *             body CRC-32C, PostgreSQL major version (0: written before the
+ *             field, under 15), and the CRC-32C of the header's first 60
+ *             bytes in its last 4
  *   [64, ..)  body: one record per non-empty bucket, in increasing bucket
  *             order: uint32 bucket, uint32 step count (1..kLimitSteps), then
  *             per step uint64 LSN, uint32 limit block
@@ -24,7 +25,7 @@
  * A file is used only if everything checks: magic, header CRC, version, the
  * bucket count and placement fingerprint of this build (a build that hashes
  * keys to other buckets would silently lose every limit), the system
- * identifier, the exact length, the body CRC, and the content itself (bucket
+ * identifier and PostgreSQL major version, the exact length, the body CRC, and the content itself (bucket
  * numbers increasing and in range, step counts in range, steps strictly
  * increasing in LSN and limit).  Decoding validates the whole file before it
  * writes a single bucket, so a bad file leaves the table untouched.
@@ -63,8 +64,8 @@ uint64_t limit_placement_fingerprint(uint32_t buckets) noexcept;
  * writer stalled in the middle of an update; only possible when called from
  * another process than the writer).
  */
-size_t limit_file_encode(const LimitTable& table, uint64_t system_identifier, Lsn covered_lsn, Crc32cFn crc32c,
-                         uint8_t* out) noexcept;
+size_t limit_file_encode(const LimitTable& table, uint64_t system_identifier, uint32_t server_major, Lsn covered_lsn,
+                         Crc32cFn crc32c, uint8_t* out) noexcept;
 
 enum class LimitFileStatus {
     kOk,
@@ -75,6 +76,7 @@ enum class LimitFileStatus {
     kBadBucketCount,
     kBadPlacement,
     kOtherSystem,
+    kOtherMajor,
     kBadLength,
     kBadBodyCrc,
     kBadContent
@@ -85,8 +87,8 @@ enum class LimitFileStatus {
  * *covered_lsn.  Only on kOk is the table changed: every bucket is
  * rewritten (through the sequence lock, as by the writer).
  */
-LimitFileStatus limit_file_decode(const uint8_t* in, size_t len, uint64_t system_identifier, Crc32cFn crc32c,
-                                  LimitTable* table, Lsn* covered_lsn) noexcept;
+LimitFileStatus limit_file_decode(const uint8_t* in, size_t len, uint64_t system_identifier, uint32_t server_major,
+                                  Crc32cFn crc32c, LimitTable* table, Lsn* covered_lsn) noexcept;
 
 /* A reason completing "the limits file is not usable because ...". */
 const char* describe_limit_file_status(LimitFileStatus status) noexcept;

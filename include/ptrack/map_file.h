@@ -82,7 +82,18 @@ struct MapFileHeader {
     uint32_t timeline;       /* timeline at flush (informational) */
     uint64_t base_id;        /* identifies this file to the delta batches written against it */
     uint64_t placement;      /* placement_fingerprint() of the build that wrote it */
+    /*
+     * PostgreSQL major version of the server that wrote it (15, 17, 18).  A
+     * map is never trusted by another major version: pg_upgrade rewrites
+     * files under new relfilenodes, and the capture rules (the WAL records,
+     * the core patch) are per version.  0 in files of builds that predate
+     * the field, which ran on PostgreSQL 15 only (kUnrecordedServerMajor).
+     */
+    uint32_t server_major;
 };
+
+/* The major version a file without the server_major field was written under. */
+constexpr uint32_t kUnrecordedServerMajor = 15;
 
 /*
  * A fingerprint of where this build places blocks in a map of `geometry`:
@@ -114,6 +125,7 @@ const char* describe_header_status(HeaderStatus status) noexcept;
 /* What the server knows at startup, from pg_control, the configuration and the data directory. */
 struct StartupFacts {
     uint64_t system_identifier;
+    uint32_t server_major;     /* PostgreSQL major version of the running server */
     uint32_t data_checksum_version;
     MapGeometry geometry;      /* from ptrack.map_size */
     CaptureSourceId source;    /* the capture source of this run */
@@ -128,7 +140,7 @@ struct StartupFacts {
 /*
  * Why a stored map with a valid header must not be trusted, or nullptr if it
  * can be.  The rules of docs/design.md section 4.4: same cluster, same
- * capture source, same geometry, placement and file size, no backup_label, same data checksum
+ * PostgreSQL major version, same capture source, same geometry, placement and file size, no backup_label, same data checksum
  * setting; and for the hooks source, flushed no earlier than the checkpoint
  * recovery starts from and, after a crash, a run that kept wal_level >=
  * replica (under minimal, new relations bypass the WAL).  What else a crash

@@ -28,6 +28,7 @@ enum : size_t {
     kOffPlacement = 32,
     kOffBodyBytes = 40,
     kOffBodyCrc = 44,
+    kOffServerMajor = 48,
     kOffHeaderCrc = kLimitFileHeaderBytes - 4
 };
 
@@ -68,8 +69,8 @@ uint64_t limit_placement_fingerprint(uint32_t buckets) noexcept
     return fingerprint;
 }
 
-size_t limit_file_encode(const LimitTable& table, uint64_t system_identifier, Lsn covered_lsn, Crc32cFn crc32c,
-                         uint8_t* out) noexcept
+size_t limit_file_encode(const LimitTable& table, uint64_t system_identifier, uint32_t server_major, Lsn covered_lsn,
+                         Crc32cFn crc32c, uint8_t* out) noexcept
 {
     size_t offset = kLimitFileHeaderBytes;
     for (uint32_t bucket = 0; bucket < table.bucket_count(); ++bucket) {
@@ -97,12 +98,13 @@ size_t limit_file_encode(const LimitTable& table, uint64_t system_identifier, Ls
     put<uint64_t>(out, kOffPlacement, limit_placement_fingerprint(table.bucket_count()));
     put<uint32_t>(out, kOffBodyBytes, static_cast<uint32_t>(body_bytes));
     put<uint32_t>(out, kOffBodyCrc, crc32c(out + kLimitFileHeaderBytes, body_bytes));
+    put<uint32_t>(out, kOffServerMajor, server_major);
     put<uint32_t>(out, kOffHeaderCrc, crc32c(out, kOffHeaderCrc));
     return offset;
 }
 
-LimitFileStatus limit_file_decode(const uint8_t* in, size_t len, uint64_t system_identifier, Crc32cFn crc32c,
-                                  LimitTable* table, Lsn* covered_lsn) noexcept
+LimitFileStatus limit_file_decode(const uint8_t* in, size_t len, uint64_t system_identifier, uint32_t server_major,
+                                  Crc32cFn crc32c, LimitTable* table, Lsn* covered_lsn) noexcept
 {
     if (len < kLimitFileHeaderBytes)
         return LimitFileStatus::kTooShort;
@@ -119,6 +121,9 @@ LimitFileStatus limit_file_decode(const uint8_t* in, size_t len, uint64_t system
         return LimitFileStatus::kBadPlacement;
     if (get<uint64_t>(in, kOffSystemIdentifier) != system_identifier)
         return LimitFileStatus::kOtherSystem;
+    const uint32_t file_major = get<uint32_t>(in, kOffServerMajor);
+    if ((file_major == 0 ? kUnrecordedServerMajor : file_major) != server_major)
+        return LimitFileStatus::kOtherMajor;
     const size_t body_bytes = get<uint32_t>(in, kOffBodyBytes);
     if (len - kLimitFileHeaderBytes != body_bytes)
         return LimitFileStatus::kBadLength;
@@ -166,6 +171,7 @@ const char* describe_limit_file_status(LimitFileStatus status) noexcept
     case LimitFileStatus::kBadBucketCount: return "it was written for a table of another size";
     case LimitFileStatus::kBadPlacement: return "it was written by a ptrack build that places keys differently";
     case LimitFileStatus::kOtherSystem: return "it belongs to another database cluster (system identifier differs)";
+    case LimitFileStatus::kOtherMajor: return "it was written under another PostgreSQL major version";
     case LimitFileStatus::kBadLength: return "its length does not match its header";
     case LimitFileStatus::kBadBodyCrc: return "its content checksum does not match";
     case LimitFileStatus::kBadContent: return "its content is inconsistent";

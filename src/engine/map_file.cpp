@@ -39,6 +39,7 @@ enum : size_t {
     kOffBaseId = 88,
     kOffPlacement = 96,
     kOffSource = 104,
+    kOffServerMajor = 108,
     kOffCrc = kMapFileHeaderBytes - 4
 };
 
@@ -103,6 +104,7 @@ void map_file_encode_header(const MapFileHeader& header, Crc32cFn crc32c, uint8_
     put<uint64_t>(out, kOffBaseId, header.base_id);
     put<uint64_t>(out, kOffPlacement, header.placement);
     put<uint32_t>(out, kOffSource, static_cast<uint32_t>(header.source));
+    put<uint32_t>(out, kOffServerMajor, header.server_major);
     put<uint32_t>(out, kOffCrc, crc32c(out, kOffCrc));
 }
 
@@ -130,6 +132,9 @@ HeaderStatus map_file_decode_header(const uint8_t* in, Crc32cFn crc32c, MapFileH
     h.base_id = get<uint64_t>(in, kOffBaseId);
     h.placement = get<uint64_t>(in, kOffPlacement);
     h.source = static_cast<CaptureSourceId>(get<uint32_t>(in, kOffSource));
+    h.server_major = get<uint32_t>(in, kOffServerMajor);
+    if (h.server_major == 0)
+        h.server_major = kUnrecordedServerMajor;
     if (!h.geometry.valid() || h.chunk_bytes == 0 || h.chunk_bytes % kLineBytes != 0)
         return HeaderStatus::kBadGeometry;
     *out = h;
@@ -162,6 +167,8 @@ const char* map_file_distrust_reason(const MapFileHeader& header, const StartupF
 {
     if (header.system_identifier != facts.system_identifier)
         return "it belongs to another database cluster (system identifier differs)";
+    if (header.server_major != facts.server_major)
+        return "it was written under another PostgreSQL major version";
     if (!(header.geometry == facts.geometry))
         return "ptrack.map_size changed since it was written";
     if (header.placement != placement_fingerprint(header.geometry))

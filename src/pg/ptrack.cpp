@@ -38,6 +38,7 @@ PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 #include "capture/capture_source.h"
 #include "capture/wal/capture_wal.h"
 #include "capture/file_growth.h"
+#include "compat/compat.h"
 #include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
 #include "core/shared_state.h"
@@ -258,8 +259,8 @@ static void check_configured_texts()
  */
 static void warn_unknown_settings()
 {
-    struct config_generic** variables = get_guc_variables();
-    const int count = GetNumConfigOptions();
+    int count = 0;
+    struct config_generic** variables = guc_variables(&count);
     for (int i = 0; i < count; ++i) {
         const struct config_generic* var = variables[i];
         if ((var->flags & GUC_CUSTOM_PLACEHOLDER) == 0 || pg_strncasecmp(var->name, "ptrack.", 7) != 0)
@@ -288,7 +289,8 @@ static CaptureSourceId resolve_capture_source()
         ereport(FATAL, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
                         errmsg("ptrack.capture is \"hooks\" but this server has no ptrack core hooks"),
                         errdetail("The running postgres binary does not export mdwrite_hook, mdextend_hook, "
-                                  "copydir_hook and ProcessSyncRequests_hook (patches/pg15-ptrack-hooks.patch)."),
+                                  "copydir_hook and ProcessSyncRequests_hook (patches/pg%u-ptrack-hooks.patch).",
+                                  kServerMajor),
                         errhint("Set ptrack.capture = auto or wal to capture changes from the WAL on this server.")));
     if (capture_setting == kCaptureHooks || (capture_setting == kCaptureAuto && have_hooks))
         return CaptureSourceId::kHooks;

@@ -44,8 +44,12 @@ use PostgreSQL::Test::Utils;
 
 our @EXPORT_OK = qw(
   capture_mode
+  server_major
+  server_has_hooks
+  tablespace_version_re
   ptrack_node
   map_header
+  set_map_server_major
   delta_batches
   log_position
   log_since
@@ -76,10 +80,102 @@ else 'wal'.  Tests specific to one mode skip themselves in the other.
 sub capture_mode
 {
 	return $ENV{PTRACK_CAPTURE} if $ENV{PTRACK_CAPTURE};
+	return server_has_hooks() ? 'hooks' : 'wal';
+}
+
+=item server_has_hooks()
+
+True if the postgres binary on PATH exports the core patch's mdwrite_hook.
+Then the suite's wal mode runs that server with ptrack.capture = wal (the
+Makefile's TEMP_CONFIG, t/capture_wal.conf), and a node made with C<stock =E<gt> 1> runs its
+bin/postgres-nohooks instead (scripts/build-postgres.sh builds it next to the
+patched binary for 17 and 18).
+
+=item server_major()
+
+The major version of the server on PATH (15, 17, 18), from pg_config.
+
+=item tablespace_version_re()
+
+A regex matching the version directory of this server's tablespaces
+(TABLESPACE_VERSION_DIRECTORY: PG_15_202209061, PG_18_...).
+
+=cut
+
+my ($_has_hooks, $_major);
+
+sub _bindir
+{
 	my $bindir = `pg_config --bindir`;
 	chomp $bindir;
-	my $symbols = `nm -D --defined-only '$bindir/postgres' 2>/dev/null`;
-	return $symbols =~ /\bmdwrite_hook\b/ ? 'hooks' : 'wal';
+	return $bindir;
+}
+
+sub server_has_hooks
+{
+	if (!defined $_has_hooks)
+	{
+		my $bindir = _bindir();
+		my $symbols = `nm -D --defined-only '$bindir/postgres' 2>/dev/null`;
+		$_has_hooks = $symbols =~ /\bmdwrite_hook\b/ ? 1 : 0;
+	}
+	return $_has_hooks;
+}
+
+sub server_major
+{
+	if (!defined $_major)
+	{
+		my $version = `pg_config --version`;
+		($_major) = $version =~ /PostgreSQL (\d+)/
+		  or croak "cannot tell the server's major version from \"$version\"";
+	}
+	return $_major;
+}
+
+sub tablespace_version_re
+{
+	my $major = server_major();
+	return qr/PG_${major}_\d+/;
+}
+
+# An installation whose bin/postgres is the prefix's postgres-nohooks (a
+# stock server: the same sources and options without the core patch).  pg_ctl
+# is copied, not linked, because it looks for postgres next to itself after
+# resolving its own symbolic links; everything else is a link.  undef if the
+# prefix has no postgres-nohooks.
+my $_stock_install;
+
+sub _stock_install_path
+{
+	return $_stock_install if defined $_stock_install;
+	my $bindir = _bindir();
+	return undef unless -x "$bindir/postgres-nohooks";
+	my $root = PostgreSQL::Test::Utils::tempdir('stock_install');
+	mkdir "$root/bin" or croak "mkdir: $!";
+	opendir(my $dh, $bindir) or croak "opendir $bindir: $!";
+	for my $name (readdir $dh)
+	{
+		next if $name =~ /^\./ || $name eq 'postgres-nohooks';
+		if ($name eq 'pg_ctl')
+		{
+			copy("$bindir/pg_ctl", "$root/bin/pg_ctl") or croak "copy pg_ctl: $!";
+			chmod 0755, "$root/bin/pg_ctl";
+		}
+		elsif ($name eq 'postgres')
+		{
+			symlink("$bindir/postgres-nohooks", "$root/bin/postgres") or croak "symlink: $!";
+		}
+		else
+		{
+			symlink("$bindir/$name", "$root/bin/$name") or croak "symlink: $!";
+		}
+	}
+	closedir $dh;
+	(my $prefix = $bindir) =~ s{/bin$}{};
+	symlink("$prefix/$_", "$root/$_") for grep { -e "$prefix/$_" } qw(lib share include);
+	$_stock_install = $root;
+	return $root;
 }
 
 =item ptrack_node($name, %opts)
@@ -91,18 +187,44 @@ A new, initialised, stopped node with:
   wal_level = $opts{wal_level}            (default replica)
   shared_buffers = 16MB, max_connections = 20
 
+
+In wal mode the Makefile puts ptrack.capture = wal in every node's
+configuration (TEMP_CONFIG, t/capture_wal.conf), so that a server with the
+core hooks captures from the WAL too.
+
 Options: C<allows_streaming> and C<extra> are passed to init();
-C<conf> is appended to postgresql.conf last.
+C<conf> is appended to postgresql.conf last.  C<checksums =E<gt> 1 or 0>
+initialises with or without data checksums whatever the version's default
+(off up to 17, on from 18); without it, the version's default.
+C<stock =E<gt> 1>: the node runs a server without the core hooks, and
+ptrack.capture stays auto (server_has_hooks(); skips the test if there is
+none).
 
 =cut
 
 sub ptrack_node
 {
 	my ($name, %opts) = @_;
-	my $node = PostgreSQL::Test::Cluster->new($name);
+	my %new;
+	if ($opts{stock} && server_has_hooks())
+	{
+		my $stock = _stock_install_path();
+		if (!defined $stock)
+		{
+			Test::More::plan(skip_all => 'this server has the core hooks and no postgres-nohooks next to it');
+		}
+		$new{install_path} = $stock;
+	}
+	my $node = PostgreSQL::Test::Cluster->new($name, %new);
 	my %init;
 	$init{allows_streaming} = $opts{allows_streaming} if $opts{allows_streaming};
-	$init{extra} = $opts{extra} if $opts{extra};
+	my @extra = @{ $opts{extra} // [] };
+	if (defined $opts{checksums})
+	{
+		push @extra, '--data-checksums' if $opts{checksums};
+		push @extra, '--no-data-checksums' if !$opts{checksums} && server_major() >= 18;
+	}
+	$init{extra} = \@extra if @extra;
 	$node->init(%init);
 
 	my $preload = (!defined $opts{preload} || $opts{preload}) ? 'ptrack' : '';
@@ -129,7 +251,7 @@ hashref, or undef if the file does not exist:
   size                 file size in bytes
   magic                the first 8 bytes as a string
   version, system_identifier, data_checksum_version, chunk_bytes, flags,
-  timeline, base_id, source (1 hooks, 2 wal)    integers
+  timeline, base_id, source (1 hooks, 2 wal), server_major    integers
   init_lsn, covered_lsn    LSN text (%X/%X); flush_redo_lsn is the same
                        field (the covered LSN of a hooks save is its
                        checkpoint's redo LSN)
@@ -187,9 +309,35 @@ sub map_header
 	$h{source} = unpack('L', substr($bytes, 104, 4));
 	$h{timeline} = unpack('L', substr($bytes, 80, 4));
 	$h{base_id} = unpack('Q', substr($bytes, 88, 8));
+	$h{server_major} = unpack('L', substr($bytes, 108, 4));
 	$h{crc_ok} =
 	  unpack('L', substr($bytes, 508, 4)) == _crc32c(substr($bytes, 0, 508)) ? 1 : 0;
 	return \%h;
+}
+
+=pod
+
+=item set_map_server_major($pgdata, $major)
+
+Rewrites the PostgreSQL major version recorded in C<$pgdata/ptrack.map>
+(offset 108) and the header's CRC: the file then looks written by a server
+of that major version.
+
+=cut
+
+sub set_map_server_major
+{
+	my ($pgdata, $major) = @_;
+	my $path = "$pgdata/ptrack.map";
+	open(my $fh, '+<:raw', $path) or croak "could not open \"$path\": $!";
+	my $bytes;
+	read($fh, $bytes, 512) == 512 or croak "short read of \"$path\"";
+	substr($bytes, 108, 4) = pack('L', $major);
+	substr($bytes, 508, 4) = pack('L', _crc32c(substr($bytes, 0, 508)));
+	seek($fh, 0, 0) or croak "seek: $!";
+	print $fh $bytes;
+	close $fh or croak "close: $!";
+	return;
 }
 
 =pod

@@ -37,6 +37,7 @@ using ptrack_test::OwnedTable;
 namespace {
 
 constexpr uint64_t kSystem = 7291234567890123456ULL;
+constexpr uint32_t kMajor = 18;
 constexpr Lsn kCovered = 0x5000028;
 constexpr uint32_t kBuckets = 256;
 
@@ -76,7 +77,7 @@ void fill(LimitTable& table, uint64_t seed)
 std::vector<uint8_t> encode(const LimitTable& table)
 {
     std::vector<uint8_t> f(limit_file_max_bytes(table.bucket_count()));
-    const size_t n = limit_file_encode(table, kSystem, kCovered, bitwise_crc32c, f.data());
+    const size_t n = limit_file_encode(table, kSystem, kMajor, kCovered, bitwise_crc32c, f.data());
     f.resize(n);
     return f;
 }
@@ -94,7 +95,7 @@ std::string bucket_text(const LimitTable& t, uint32_t b)
 
 /* Decodes `f` into a table filled with a sentinel; the status, and whether the table was left alone. */
 LimitFileStatus decode_expect_untouched_on_error(const std::vector<uint8_t>& f, uint32_t buckets = kBuckets,
-                                                 uint64_t system = kSystem)
+                                                 uint64_t system = kSystem, uint32_t major = kMajor)
 {
     OwnedTable dest(buckets);
     dest.table.set_relation_limit(RelFork{1, 2, 3, 0}, 77, 999);
@@ -102,7 +103,7 @@ LimitFileStatus decode_expect_untouched_on_error(const std::vector<uint8_t>& f, 
     for (uint32_t b = 0; b < buckets; ++b)
         before.push_back(bucket_text(dest.table, b));
     Lsn covered = 12345;
-    const LimitFileStatus s = limit_file_decode(f.data(), f.size(), system, bitwise_crc32c, &dest.table, &covered);
+    const LimitFileStatus s = limit_file_decode(f.data(), f.size(), system, major, bitwise_crc32c, &dest.table, &covered);
     if (s != LimitFileStatus::kOk) {
         EXPECT_EQ(covered, 12345u) << "covered LSN set by a failed decode";
         for (uint32_t b = 0; b < buckets; ++b)
@@ -123,7 +124,7 @@ TEST(LimitFile, RoundTripsEveryBucketAndTheCoveredLsn)
     OwnedTable dst(kBuckets);
     dst.table.set_relation_limit(RelFork{9, 9, 9, 0}, 1, 5); /* must be overwritten */
     Lsn covered = 0;
-    ASSERT_EQ(limit_file_decode(f.data(), f.size(), kSystem, bitwise_crc32c, &dst.table, &covered),
+    ASSERT_EQ(limit_file_decode(f.data(), f.size(), kSystem, kMajor, bitwise_crc32c, &dst.table, &covered),
               LimitFileStatus::kOk);
     EXPECT_EQ(covered, kCovered);
     for (uint32_t b = 0; b < kBuckets; ++b)
@@ -144,7 +145,7 @@ TEST(LimitFile, EmptyTableIsABareHeader)
     OwnedTable dst(kBuckets);
     dst.table.set_relation_limit(RelFork{9, 9, 9, 0}, 1, 5);
     Lsn covered = 0;
-    ASSERT_EQ(limit_file_decode(f.data(), f.size(), kSystem, bitwise_crc32c, &dst.table, &covered),
+    ASSERT_EQ(limit_file_decode(f.data(), f.size(), kSystem, kMajor, bitwise_crc32c, &dst.table, &covered),
               LimitFileStatus::kOk);
     for (uint32_t b = 0; b < kBuckets; ++b)
         ASSERT_EQ(bucket_text(dst.table, b), "0:") << "bucket " << b << " not emptied";
@@ -241,6 +242,14 @@ TEST(LimitFile, RefusesOtherVersionSizePlacementAndCluster)
     put<uint64_t>(g, kOffSystem, kSystem + 1);
     reseal(g);
     EXPECT_EQ(decode_expect_untouched_on_error(g), LimitFileStatus::kOtherSystem);
+
+    /* Another PostgreSQL major version; a file from before the field (0) was written under 15. */
+    EXPECT_EQ(decode_expect_untouched_on_error(f, kBuckets, kSystem, 17), LimitFileStatus::kOtherMajor);
+    g = f;
+    put<uint32_t>(g, 48, 0);
+    reseal(g);
+    EXPECT_EQ(decode_expect_untouched_on_error(g), LimitFileStatus::kOtherMajor);
+    EXPECT_EQ(decode_expect_untouched_on_error(g, kBuckets, kSystem, kUnrecordedServerMajor), LimitFileStatus::kOk);
 }
 
 TEST(LimitFile, PlacementDependsOnTheBucketCount)
@@ -285,7 +294,7 @@ TEST(LimitFile, AHandWrittenValidBodyDecodes)
     });
     OwnedTable dst(kBuckets);
     Lsn covered = 0;
-    ASSERT_EQ(limit_file_decode(f.data(), f.size(), kSystem, bitwise_crc32c, &dst.table, &covered),
+    ASSERT_EQ(limit_file_decode(f.data(), f.size(), kSystem, kMajor, bitwise_crc32c, &dst.table, &covered),
               LimitFileStatus::kOk);
     EXPECT_EQ(bucket_text(dst.table, 3), "2: (100,0) (200,50)");
     EXPECT_EQ(bucket_text(dst.table, 7), "1: (300,9)");

@@ -47,6 +47,7 @@ MapFileHeader sample_header()
     h.timeline = 2;
     h.base_id = 0xfeedface12345678ULL;
     h.placement = placement_fingerprint(h.geometry);
+    h.server_major = 18;
     return h;
 }
 
@@ -54,6 +55,7 @@ StartupFacts facts_for(const MapFileHeader& h)
 {
     StartupFacts f{};
     f.system_identifier = h.system_identifier;
+    f.server_major = h.server_major;
     f.data_checksum_version = h.data_checksum_version;
     f.geometry = h.geometry;
     f.source = h.source;
@@ -92,6 +94,18 @@ TEST(MapFileHeader, RoundTripsEveryField)
     EXPECT_EQ(back.timeline, h.timeline);
     EXPECT_EQ(back.base_id, h.base_id);
     EXPECT_EQ(back.placement, h.placement);
+    EXPECT_EQ(back.server_major, h.server_major);
+}
+
+TEST(MapFileHeader, AFileWithoutServerMajorWasWrittenUnder15)
+{
+    MapFileHeader h = sample_header();
+    h.server_major = 0; /* encoded as a build before the field wrote it */
+    uint8_t raw[kMapFileHeaderBytes];
+    map_file_encode_header(h, bitwise_crc32c, raw);
+    MapFileHeader out{};
+    ASSERT_EQ(map_file_decode_header(raw, bitwise_crc32c, &out), HeaderStatus::kOk);
+    EXPECT_EQ(out.server_major, kUnrecordedServerMajor);
 }
 
 TEST(MapFileHeader, EveryFlippedByteIsDetected)
@@ -171,6 +185,9 @@ TEST(MapFileTrust, EveryRuleRejectsWithItsOwnReason)
     };
     StartupFacts f = facts_for(h);
     f.system_identifier++;
+    expect_rejected(h, f);
+    f = facts_for(h);
+    f.server_major = 17;
     expect_rejected(h, f);
     f = facts_for(h);
     f.geometry = MapGeometry::for_bytes(32 * ptrack_test::kMB, ptrack_test::kRelSegSize);

@@ -13,6 +13,7 @@ extern "C" {
 
 #include "core/boundary.h"
 #include "capture/capture.h"
+#include "compat/compat.h"
 #include "core/datadir_walk.h"
 #include "core/shared_state.h"
 
@@ -41,8 +42,9 @@ void mark_every_block(const RelationFile* file, void*)
 
 MarkAnnouncement* attach_announcement() noexcept
 {
-    if (MyProc != NULL && announcements != nullptr && static_cast<uint32_t>(MyProc->pgprocno) < announcement_count)
-        my_announcement = &announcements[MyProc->pgprocno];
+    const int number = my_proc_number();
+    if (number >= 0 && announcements != nullptr && static_cast<uint32_t>(number) < announcement_count)
+        my_announcement = &announcements[number];
     else
         my_announcement = &private_announcement;
     return my_announcement;

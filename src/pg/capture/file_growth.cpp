@@ -6,8 +6,9 @@
  *
  * ptrack.sizes layout (host byte order, like the map file):
  *   [0, 64)    header: magic "PTRKSIZE", version, system identifier, covered
- *              LSN, entry count, CRC-32C of the entries, CRC-32C of the
- *              header's first 60 bytes in its last 4
+ *              LSN, entry count, CRC-32C of the entries, PostgreSQL major
+ *              version at 44 (0: written before the field, under 15),
+ *              CRC-32C of the header's first 60 bytes in its last 4
  *   [64, ...)  entry count x SizeRecord (24 bytes)
  */
 extern "C" {
@@ -31,6 +32,8 @@ extern "C" {
 #include "core/datadir_walk.h"
 #include "capture/file_growth.h"
 #include "persist/map_io.h"
+#include "compat/compat.h"
+#include "ptrack/map_file.h" /* kUnrecordedServerMajor */
 
 namespace ptrack::pg {
 
@@ -153,7 +156,7 @@ bool load_file(const char* name, Lsn covered, char* why, size_t why_len)
         problem = "not a ptrack sizes file";
     else if (memcpy(&stored_crc, header + 60, 4), stored_crc != crc32c(header, 60))
         problem = "its header fails its checksum";
-    uint32_t version = 0, entries_crc = 0;
+    uint32_t version = 0, entries_crc = 0, server_major = 0;
     uint64_t system_identifier = 0, file_covered = 0, count = 0;
     if (problem == nullptr) {
         memcpy(&version, header + 8, 4);
@@ -161,10 +164,13 @@ bool load_file(const char* name, Lsn covered, char* why, size_t why_len)
         memcpy(&file_covered, header + 24, 8);
         memcpy(&count, header + 32, 8);
         memcpy(&entries_crc, header + 40, 4);
+        memcpy(&server_major, header + 44, 4);
         if (version != kSizesVersion)
             problem = "of another format version";
         else if (system_identifier != GetSystemIdentifier())
             problem = "of another cluster";
+        else if ((server_major == 0 ? kUnrecordedServerMajor : server_major) != kServerMajor)
+            problem = "written under another PostgreSQL major version";
         else if (count >= (uint64_t{1} << 32))
             problem = "damaged (entry count)";
         else if (file_covered != covered) {
@@ -437,6 +443,7 @@ bool growth_prepare_save(Lsn covered)
     memcpy(header + 24, &covered, 8);
     memcpy(header + 32, &count64, 8);
     memcpy(header + 40, &entries_crc, 4);
+    memcpy(header + 44, &kServerMajor, 4);
     const uint32_t header_crc = crc32c(header, 60);
     memcpy(header + 60, &header_crc, 4);
 

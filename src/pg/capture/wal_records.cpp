@@ -10,8 +10,11 @@
  *
  * Written from the PostgreSQL 15 sources (redo routines in
  * src/backend/access/heap/heapam.c, catalog/storage.c, access/transam/xact.c,
- * commands/dbcommands.c, access/transam/xlog.c).  Per record kind, the rule
- * and why it is complete:
+ * commands/dbcommands.c, access/transam/xlog.c) and re-derived from 17.11 and
+ * 18.6 (heap redo moved to access/heap/heapam_xlog.c in 18); what differs
+ * between them is listed in docs/design.md section 8, and the record shapes
+ * (the relation fields) are read through compat/compat.h.  Per record kind,
+ * the rule and why it is complete:
  *
  * Block references (every record).  Every block id in use, 0 ..
  * XLogRecMaxBlockId, through XLogRecGetBlockTagExtended, on whatever fork it
@@ -24,13 +27,20 @@
  * Visibility map bits (RM_HEAP_ID, RM_HEAP2_ID).  Heap insert, multi-insert,
  * delete, update (old and new page), lock and lock-updated clear the
  * all-visible/all-frozen bits of a heap page in the VM (visibilitymap_clear,
- * during the operation and in redo) without referencing the VM page.  Each
+ * during the operation and in redo) without referencing the VM page.  (17.11
+ * and 18.6 register the VM page with these records, but their redo still
+ * clears the bits without one for WAL written before that fix, and when the
+ * heap page's PD_ALL_VISIBLE was set with the VM bits already clear.)  Each
  * such record references the heap page whose bits it clears, on the main
  * fork.  Rule, conservative and simpler than reading each record's flags:
  * for every heap/heap2 record, every main-fork block it references also
  * marks the VM block holding that heap block's bits, heap block /
  * kHeapBlocksPerVmPage.  Setting bits (XLOG_HEAP2_VISIBLE) references the VM
- * page itself.  Cost: one extra mark per heap record, and at most one VM
+ * page itself.  Pruning and freezing change the heap page only, through its
+ * block reference: 15's XLOG_HEAP2_PRUNE, XLOG_HEAP2_VACUUM and
+ * XLOG_HEAP2_FREEZE_PAGE, 17's and 18's combined XLOG_HEAP2_PRUNE_ON_ACCESS,
+ * XLOG_HEAP2_PRUNE_VACUUM_SCAN and XLOG_HEAP2_PRUNE_VACUUM_CLEANUP (and the
+ * FSM, listed whole); the rule marks their VM block all the same.  Cost: one extra mark per heap record, and at most one VM
  * block (8 KB for 255 MB of heap) listed in excess per changed heap range.
  *
  * XLOG_SMGR_CREATE (flagged).  smgrcreate() of one fork of a relfilenode:
@@ -78,13 +88,17 @@
  * syncs in storage.c), so the WAL cannot tell their blocks: tracking
  * restarts.  The server logs XLOG_PARAMETER_CHANGE at startup whenever
  * wal_level differs from pg_control's (XLogReportParameters), so a run under
- * minimal always begins with one.  Checkpoint records do not carry wal_level
- * in PostgreSQL 15 (CheckPoint has no such field before 17), so they cannot
- * add anything.
+ * minimal always begins with one.  17 and 18 also state wal_level in their
+ * checkpoint records and in XLOG_CHECKPOINT_REDO (new in 17, the marker at
+ * an online checkpoint's redo point, which changes nothing); they are not
+ * read: a run under minimal begins with the parameter change, the wal source
+ * never follows one (a server with its physical slot refuses to start under
+ * minimal), and the hooks source's startup scan must not refuse a map after
+ * a clean shutdown of a server that runs minimal throughout (section 4.6).
  *
  * Any other record with XLR_SPECIAL_REL_UPDATE: tracking restarts, naming the
- * resource manager and the record.  In PostgreSQL 15 exactly these records
- * set the flag, all handled above:
+ * resource manager and the record.  In PostgreSQL 15, 17 and 18 exactly these
+ * records set the flag, all handled above:
  *   XLOG_SMGR_CREATE        storage.c log_smgrcreate(): a fork file created
  *   XLOG_SMGR_TRUNCATE      storage.c RelationTruncate(), pg_visibility.c
  *                           pg_truncate_visibility_map(): forks truncated
@@ -126,6 +140,7 @@ extern "C" {
 #include "storage/bufpage.h"
 }
 
+#include "compat/compat.h"
 #include "core/shared_state.h"
 #include "capture/wal_records.h"
 
@@ -176,26 +191,22 @@ bool main_data(XLogReaderState* record, T* out)
     return true;
 }
 
-inline RelFork rel_fork(const RelFileNode& node, int fork)
-{
-    return RelFork{node.spcNode, node.dbNode, node.relNode, static_cast<uint8_t>(fork)};
-}
-
 void mark_block_references(XLogReaderState* record, Lsn lsn, bool heap, WalChangeSink& sink)
 {
     for (int block_id = 0; block_id <= XLogRecMaxBlockId(record); ++block_id) {
-        RelFileNode node;
-        ForkNumber fork;
+        RelFork rel;
         BlockNumber block;
-        if (!XLogRecGetBlockTagExtended(record, static_cast<uint8>(block_id), &node, &fork, &block, NULL))
+        if (!record_block_tag(record, static_cast<uint8>(block_id), &rel, &block))
             continue;
-        sink.block(rel_fork(node, fork), block, lsn, true);
-        if (heap && fork == MAIN_FORKNUM)
-            sink.block(rel_fork(node, VISIBILITYMAP_FORKNUM), block / kHeapBlocksPerVmPage, lsn, false);
+        sink.block(rel, block, lsn, true);
+        if (heap && rel.fork == MAIN_FORKNUM) {
+            rel.fork = VISIBILITYMAP_FORKNUM;
+            sink.block(rel, block / kHeapBlocksPerVmPage, lsn, false);
+        }
     }
 }
 
-void drop_relations(const RelFileNode* nodes, int count, Lsn lsn, WalChangeSink& sink)
+void drop_relations(const PgRelId* nodes, int count, Lsn lsn, WalChangeSink& sink)
 {
     for (int i = 0; i < count; ++i)
         for (int fork = 0; fork <= MAX_FORKNUM; ++fork)
@@ -216,7 +227,7 @@ bool apply_smgr(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const cha
         if (!main_data(record, &xlrec) || xlrec.forkNum < 0 || xlrec.forkNum > MAX_FORKNUM)
             *why = malformed(record);
         else
-            sink.relation_limit(rel_fork(xlrec.rnode, xlrec.forkNum), 0, lsn);
+            sink.relation_limit(rel_fork(smgr_create_rel(xlrec), xlrec.forkNum), 0, lsn);
         return true;
     }
     if (info == XLOG_SMGR_TRUNCATE) {
@@ -226,11 +237,11 @@ bool apply_smgr(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const cha
             return true;
         }
         if (xlrec.flags & SMGR_TRUNCATE_HEAP)
-            sink.relation_limit(rel_fork(xlrec.rnode, MAIN_FORKNUM), xlrec.blkno, lsn);
+            sink.relation_limit(rel_fork(smgr_truncate_rel(xlrec), MAIN_FORKNUM), xlrec.blkno, lsn);
         if (xlrec.flags & SMGR_TRUNCATE_VM)
-            sink.relation_limit(rel_fork(xlrec.rnode, VISIBILITYMAP_FORKNUM), xlrec.blkno / kHeapBlocksPerVmPage, lsn);
+            sink.relation_limit(rel_fork(smgr_truncate_rel(xlrec), VISIBILITYMAP_FORKNUM), xlrec.blkno / kHeapBlocksPerVmPage, lsn);
         if (xlrec.flags & SMGR_TRUNCATE_FSM)
-            sink.relation_limit(rel_fork(xlrec.rnode, FSM_FORKNUM), 0, lsn);
+            sink.relation_limit(rel_fork(smgr_truncate_rel(xlrec), FSM_FORKNUM), 0, lsn);
         if (xlrec.flags & ~SMGR_TRUNCATE_ALL) {
             char kind[96];
             *why = reason("WAL record %s at %X/%X has unknown truncation flags 0x%X",
@@ -253,7 +264,7 @@ bool apply_xact(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const cha
         xl_xact_parsed_commit parsed;
         ParseCommitRecord(XLogRecGetInfo(record), reinterpret_cast<xl_xact_commit*>(XLogRecGetData(record)),
                           &parsed);
-        drop_relations(parsed.xnodes, parsed.nrels, lsn, sink);
+        drop_relations(xact_dropped_rels(parsed), parsed.nrels, lsn, sink);
         return true;
     }
     if (info == XLOG_XACT_ABORT || info == XLOG_XACT_ABORT_PREPARED) {
@@ -263,7 +274,7 @@ bool apply_xact(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const cha
         }
         xl_xact_parsed_abort parsed;
         ParseAbortRecord(XLogRecGetInfo(record), reinterpret_cast<xl_xact_abort*>(XLogRecGetData(record)), &parsed);
-        drop_relations(parsed.xnodes, parsed.nrels, lsn, sink);
+        drop_relations(xact_dropped_rels(parsed), parsed.nrels, lsn, sink);
         return true;
     }
     return false;

@@ -17,6 +17,7 @@ extern "C" {
 #include "persist/map_io.h"
 #include "ptrack/limit_file.h"
 #include "core/shared_state.h"
+#include "compat/compat.h"
 
 namespace ptrack::pg {
 
@@ -41,7 +42,7 @@ bool save_limits(Lsn covered_lsn)
             return false;
         }
     }
-    const size_t bytes = limit_file_encode(limits, GetSystemIdentifier(), covered_lsn, crc32c, save_buffer);
+    const size_t bytes = limit_file_encode(limits, GetSystemIdentifier(), kServerMajor, covered_lsn, crc32c, save_buffer);
     if (bytes == 0) {
         /* Only another process than the writer can fail to read a bucket: a misuse, but never a bad file. */
         ereport(WARNING, (errmsg("ptrack could not save its limit table: a bucket could not be read consistently")));
@@ -81,6 +82,7 @@ const char* load_limits(uint64_t system_identifier, Lsn* covered_lsn)
         reason = "it could not be read";
     else {
         const LimitFileStatus status = limit_file_decode(buffer, static_cast<size_t>(st.st_size), system_identifier,
+                                                         kServerMajor,
                                                          crc32c, &limits, covered_lsn);
         if (status != LimitFileStatus::kOk)
             reason = describe_limit_file_status(status);

@@ -37,6 +37,7 @@ extern "C" {
 #include "core/boundary.h"
 #include "persist/map_io.h"
 #include "persist/map_persistence.h"
+#include "compat/compat.h"
 #include "ptrack/map_delta.h"
 #include "ptrack/map_file.h"
 #include "ptrack/map_flush.h"
@@ -86,6 +87,7 @@ void fill_header(const SavePoint& point, MapFileHeader* header)
 {
     header->version = kMapFileVersion;
     header->system_identifier = GetSystemIdentifier();
+    header->server_major = kServerMajor;
     header->data_checksum_version = DataChecksumsEnabled() ? PG_DATA_CHECKSUM_VERSION : 0;
     header->geometry = shared->geometry;
     header->placement = placement_fingerprint(shared->geometry);

@@ -115,8 +115,8 @@ bool header_valid(const char* page)
     const auto* p = reinterpret_cast<const PageHeaderData*>(page);
     return (p->pd_flags & ~PD_VALID_FLAG_BITS) == 0 && p->pd_lower >= SizeOfPageHeaderData &&
            p->pd_lower <= p->pd_upper && p->pd_upper <= p->pd_special && p->pd_special <= BLCKSZ &&
-           p->pd_special == MAXALIGN(p->pd_special) && PageGetPageSize(p) == BLCKSZ &&
-           PageGetPageLayoutVersion(p) == PG_PAGE_LAYOUT_VERSION;
+           p->pd_special == MAXALIGN(p->pd_special) && (p->pd_pagesize_version & 0xFF00) == BLCKSZ &&
+           (p->pd_pagesize_version & 0x00FF) == PG_PAGE_LAYOUT_VERSION; /* PageGetPageSize(), PageGetPageLayoutVersion() */
 }
 
 bool page_new(const char* page)

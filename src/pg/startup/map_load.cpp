@@ -44,6 +44,7 @@ extern "C" {
 #include "capture/hooks/startup_scan.h"
 #include "capture/wal_archive.h"
 #include "capture/wal_records.h"
+#include "compat/compat.h"
 
 namespace ptrack::pg {
 
@@ -84,6 +85,7 @@ StartupFacts gather_startup_facts(const ControlFileData& control, const MapGeome
 {
     StartupFacts facts{};
     facts.system_identifier = control.system_identifier;
+    facts.server_major = kServerMajor;
     facts.data_checksum_version = control.data_checksum_version;
     facts.geometry = geometry;
     facts.source = capture_source;

@@ -30,14 +30,13 @@ extern "C" {
 #include <dlfcn.h>
 
 #include "access/xlog.h"
-#include "common/relpath.h"
-#include "storage/relfilenode.h"
 }
 
 #include "capture/hooks/bypass_journal_io.h"
 #include "capture/capture.h"
 #include "capture/file_growth.h"
 #include "capture/capture_source.h"
+#include "compat/compat.h"
 #include "persist/map_persistence.h"
 #include "core/shared_state.h"
 
@@ -45,12 +44,17 @@ namespace ptrack::pg {
 
 namespace {
 
-/* The core patch's hook types (storage/md.h, storage/copydir.h, storage/sync.h of a patched server). */
-using mdextend_hook_fn = void (*)(RelFileNodeBackend rnode, ForkNumber forknum, BlockNumber blocknum);
-using mdwrite_hook_fn = void (*)(RelFileNodeBackend rnode, ForkNumber forknum, BlockNumber blocknum);
+/*
+ * The core patch's hook types (storage/md.h, storage/copydir.h, storage/sync.h
+ * of a patched server): a RelFileNodeBackend on 15, a RelFileLocatorBackend
+ * (the same three OIDs and backend number) from 16 on, as in the published
+ * patches.
+ */
+using mdextend_hook_fn = void (*)(PgRelIdBackend rnode, ForkNumber forknum, BlockNumber blocknum);
+using mdwrite_hook_fn = void (*)(PgRelIdBackend rnode, ForkNumber forknum, BlockNumber blocknum);
 using copydir_hook_fn = void (*)(const char* path);
 using sync_requests_hook_fn = void (*)();
-using mdimmedsync_hook_fn = void (*)(RelFileNodeBackend rnode, ForkNumber forknum, BlockNumber nblocks);
+using mdimmedsync_hook_fn = void (*)(PgRelIdBackend rnode, ForkNumber forknum, BlockNumber nblocks);
 
 /* Addresses of the server's hook variables, nullptr on a stock server. */
 struct ServerHooks {
@@ -83,23 +87,23 @@ void look_up_hooks()
     server_hooks.mdimmedsync = static_cast<mdimmedsync_hook_fn*>(dlsym(RTLD_DEFAULT, "mdimmedsync_hook"));
 }
 
-__attribute__((always_inline)) inline void capture_write(const RelFileNodeBackend& rnode, ForkNumber forknum,
+__attribute__((always_inline)) inline void capture_write(const PgRelIdBackend& rnode, ForkNumber forknum,
                                                         BlockNumber blocknum)
 {
-    if (RelFileNodeBackendIsTemp(rnode))
+    if (rel_is_temp(rnode))
         return;
-    const RelFork rel{rnode.node.spcNode, rnode.node.dbNode, rnode.node.relNode, static_cast<uint8_t>(forknum)};
+    const RelFork rel = rel_fork(rnode, forknum);
     capture_block_written(rel, blocknum);
 }
 
-void ptrack_mdwrite(RelFileNodeBackend rnode, ForkNumber forknum, BlockNumber blocknum)
+void ptrack_mdwrite(PgRelIdBackend rnode, ForkNumber forknum, BlockNumber blocknum)
 {
     if (prev_mdwrite_hook)
         prev_mdwrite_hook(rnode, forknum, blocknum);
     capture_write(rnode, forknum, blocknum);
 }
 
-void ptrack_mdextend(RelFileNodeBackend rnode, ForkNumber forknum, BlockNumber blocknum)
+void ptrack_mdextend(PgRelIdBackend rnode, ForkNumber forknum, BlockNumber blocknum)
 {
     if (prev_mdextend_hook)
         prev_mdextend_hook(rnode, forknum, blocknum);
@@ -114,13 +118,13 @@ void ptrack_copydir(const char* path)
 }
 
 /* Not on the per-block write path: once per fork synced by a bulk writer, before it commits. */
-void ptrack_mdimmedsync(RelFileNodeBackend rnode, ForkNumber forknum, BlockNumber nblocks)
+void ptrack_mdimmedsync(PgRelIdBackend rnode, ForkNumber forknum, BlockNumber nblocks)
 {
     if (prev_mdimmedsync_hook)
         prev_mdimmedsync_hook(rnode, forknum, nblocks);
-    if (RelFileNodeBackendIsTemp(rnode))
+    if (rel_is_temp(rnode))
         return;
-    const RelFork rel{rnode.node.spcNode, rnode.node.dbNode, rnode.node.relNode, static_cast<uint8_t>(forknum)};
+    const RelFork rel = rel_fork(rnode, forknum);
     bypass_journal_append(rel, nblocks);
 }
 
@@ -189,7 +193,7 @@ void install_capture_hooks()
         ereport(LOG, (errmsg("ptrack: this server's core patch has no mdimmedsync_hook"),
                       errdetail("A crash right after an index build, CLUSTER, VACUUM FULL or ALTER TABLE ... SET "
                                 "TABLESPACE that spanned a checkpoint can lose the marks of the blocks it wrote."),
-                      errhint("Build the server with patches/pg15-ptrack-hooks.patch of this ptrack version.")));
+                      errhint("Build the server with the core patch of this ptrack version (patches/pg%u-ptrack-hooks.patch).", kServerMajor)));
     }
 }
 

@@ -45,6 +45,7 @@ extern "C" {
 #include "capture/hooks/startup_scan.h"
 #include "capture/wal_archive.h"
 #include "capture/wal_records.h"
+#include "compat/compat.h"
 
 namespace ptrack::pg {
 
@@ -161,11 +162,8 @@ uint64_t ScanSink::mark_files(Lsn lsn) noexcept
     uint64_t existing = 0;
     for (size_t i = 0; i < count_; ++i) {
         const FileLimit& f = limits_[i];
-        RelFileNode node;
-        node.spcNode = f.rel.spc_oid;
-        node.dbNode = f.rel.db_oid;
-        node.relNode = f.rel.relfilenode;
-        char* base = relpathperm(node, static_cast<ForkNumber>(f.rel.fork));
+        char base[MAXPGPATH];
+        relation_path(f.rel, base);
         bool any = false;
         for (uint32_t segno = 0;; ++segno) {
             char path[MAXPGPATH];
@@ -185,7 +183,6 @@ uint64_t ScanSink::mark_files(Lsn lsn) noexcept
             if (nblocks < static_cast<uint64_t>(RELSEG_SIZE))
                 break;
         }
-        pfree(base);
         existing += any ? 1 : 0;
     }
     return existing;

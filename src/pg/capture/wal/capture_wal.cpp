@@ -68,7 +68,6 @@ extern "C" {
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
-#include "postmaster/bgworker_internals.h"
 #include "postmaster/interrupt.h"
 #include "replication/slot.h"
 #include "storage/fd.h"
@@ -94,6 +93,7 @@ extern "C" {
 #include "core/shared_state.h"
 #include "capture/wal_archive.h"
 #include "capture/wal_records.h"
+#include "compat/compat.h"
 
 namespace ptrack::pg {
 
@@ -189,11 +189,11 @@ void acquire_slot()
     if (MyReplicationSlot != NULL)
         return;
     if (SearchNamedReplicationSlot(kFollowerSlotName, true) == NULL) {
-        ReplicationSlotCreate(kFollowerSlotName, false, RS_PERSISTENT, false);
+        slot_create(kFollowerSlotName);
         ereport(LOG, (errmsg("ptrack created replication slot \"%s\" to keep the WAL its follower needs",
                              kFollowerSlotName)));
     } else {
-        ReplicationSlotAcquire(kFollowerSlotName, true);
+        slot_acquire(kFollowerSlotName);
     }
 }
 
@@ -843,14 +843,8 @@ void register_wal_follower()
      * used up, and the server would run without a follower: nothing tracked,
      * and the slot keeping WAL.  Refuse to start instead.
      */
-    /* slist_foreach() and slist_container() without their C-only type checks (lib/ilist.h). */
-    for (const slist_node* node = BackgroundWorkerList.head.next; node != nullptr; node = node->next) {
-        const auto* registered = reinterpret_cast<const RegisteredBgWorker*>(
-            reinterpret_cast<const char*>(node) - offsetof(RegisteredBgWorker, rw_lnode));
-        if (strcmp(registered->rw_worker.bgw_library_name, "ptrack") == 0 &&
-            strcmp(registered->rw_worker.bgw_function_name, "ptrack_wal_follower_main") == 0)
-            return;
-    }
+    if (bgworker_is_registered("ptrack", "ptrack_wal_follower_main"))
+        return;
     ereport(FATAL, (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
                     errmsg("ptrack could not register its WAL follower: max_worker_processes (%d) background "
                            "workers are registered already",
