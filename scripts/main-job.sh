@@ -166,6 +166,8 @@ fi
 
 job_env=(PATH="$("$pg_config" --bindir):$PATH" PERL5LIB="$perl_lib:$work/lib"
 	TESTDIR="$work" TMPDIR="$work" PG_REGRESS="$pg_regress"
+	# PostgreSQL 17 and later put the data and logs under these (15: under TESTDIR).
+	TESTDATADIR="$work/tmp_check" TESTLOGDIR="$work/tmp_check/log"
 	PG_TEST_PORT_DIR="$work/portlock")
 [ -n "${PTRACK_PG_PROBACKUP:-}" ] && job_env+=(PTRACK_PG_PROBACKUP="$PTRACK_PG_PROBACKUP")
 # The capture source: PostgreSQL::Test::Cluster appends TEMP_CONFIG to the
