@@ -55,6 +55,16 @@
 #   PTRACK_STOCK_PG_CONFIG      Debian's stock 15 (default /usr/lib/postgresql/15/bin/pg_config)
 #   PTRACK_PATCHED_PREFIX_15 (or PTRACK_PATCHED_PREFIX), PTRACK_PATCHED_PREFIX_17,
 #   PTRACK_PATCHED_PREFIX_18    a patched server's prefix
+#
+# pg_probackup (local only: CI has no pg_probackup and no internet): the
+# tests' pg_probackup parts (t/018, t/023's FULL + PTRACK + PTRACK chain,
+# t/026) run with
+#   PTRACK_PG_PROBACKUP_15, _17, _18  the binary for that version's suites
+#   PTRACK_PG_PROBACKUP               the same, when one --pg-version is given
+#   PTRACK_PG_PROBACKUP_SRC           a pg_probackup checkout: built for each
+#                                     version by scripts/build-pg-probackup.sh
+#                                     (cached) against the patched build
+# and are skipped otherwise.
 set -euo pipefail
 # Job control: every background job (the server builds, each suite) gets its
 # own process group, so that an interrupted run stops all of it.
@@ -255,6 +265,29 @@ prepare() {
 	) 9>"$state/lock-$tag"
 }
 
+# pg_probackup_for V: the pg_probackup binary for version V's suites, if any
+# (header: "pg_probackup"); built from $PTRACK_PG_PROBACKUP_SRC when given.
+pg_probackup_for() {
+	local v=$1 var=PTRACK_PG_PROBACKUP_$1
+	if [ -n "${!var:-}" ]; then
+		echo "${!var}"
+	elif [ -n "${PTRACK_PG_PROBACKUP:-}" ] && [ "$versions" = "$v" ]; then
+		echo "$PTRACK_PG_PROBACKUP"
+	elif [ -n "${PTRACK_PG_PROBACKUP_SRC:-}" ]; then
+		# Against the patched build of V (also for the stock 15's suite:
+		# pg_probackup needs the same major version, not the same server).
+		[ -e "$state/prefix-$v" ] || { echo "run-tests: no PostgreSQL $v build to build pg_probackup against" >&2; return 0; }
+		(
+			flock 9
+			PTRACK_PG_PREFIX=$(cat "$state/prefix-$v") scripts/build-pg-probackup.sh --pg-version "$v" \
+				"$PTRACK_PG_PROBACKUP_SRC" 2>"$repo/test-logs/pg_probackup-$v.log" | tail -n 1
+		) 9>"$state/lock-pg_probackup" || {
+			echo "run-tests: building pg_probackup for $v failed (test-logs/pg_probackup-$v.log)" >&2
+			return 1
+		}
+	fi
+}
+
 # suite V M: one version's pg_regress and TAP suite in one capture mode, in a
 # copy of the built tree; output in test-logs/V-M.log.
 suite() {
@@ -272,6 +305,9 @@ suite() {
 	prepare "$tag" "$pg_config" || return 1
 	set=$(test_set "$v")
 	echo "run-tests: === PostgreSQL $v, $m capture ($set set): $("$pg_config" --version) ($("$pg_config" --bindir)) ==="
+	local pgpro
+	pgpro=$(pg_probackup_for "$v") || return 1
+	echo "run-tests: pg_probackup: ${pgpro:-none, the pg_probackup parts of the tests are skipped}"
 	local tree=$work/suite-$v-$m status=0
 	cp -a "$work/build-$tag" "$tree"
 	local args=(PG_CONFIG="$pg_config" PROVE_FLAGS=--timer installcheck installcheck-off)
@@ -279,9 +315,11 @@ suite() {
 	args+=("$@")
 	if [ "$(id -u)" -eq 0 ]; then
 		chown -R ptrack_test "$tree"
-		runuser -u ptrack_test -- env PTRACK_CAPTURE="$m" make -C "$tree" "${args[@]}" || status=$?
+		runuser -u ptrack_test -- env -u PTRACK_PG_PROBACKUP PTRACK_CAPTURE="$m" ${pgpro:+PTRACK_PG_PROBACKUP="$pgpro"} \
+			make -C "$tree" "${args[@]}" || status=$?
 	else
-		env PTRACK_CAPTURE="$m" make -C "$tree" "${args[@]}" || status=$?
+		env -u PTRACK_PG_PROBACKUP PTRACK_CAPTURE="$m" ${pgpro:+PTRACK_PG_PROBACKUP="$pgpro"} \
+			make -C "$tree" "${args[@]}" || status=$?
 	fi
 	local logs=$repo/test-logs/$v-$m f
 	rm -rf "$logs"
