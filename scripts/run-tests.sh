@@ -75,7 +75,8 @@ repo=$(pwd)
 # The core set on 17: the tests whose outcome depends on the server version's
 # internals (write paths, WAL records and their decoding, crash recovery, the
 # control file and checkpoints, backups restored by the server) or that prove
-# the stock path (020) and the pg_probackup chain (023), plus the cheap ones.
+# the stock path (020) and the pg_probackup chain (023), the record kinds that
+# differ by version (030), plus the cheap ones.
 # About half of the suite's time (measured: 304 of 619 s on 15, wal).  Left
 # out: 012-014, 017-019, 022, 024-026 (their logic is version-independent
 # once the above holds on 17, and all of them run on 15 and 18).
@@ -84,7 +85,7 @@ CORE_TESTS=(
 	t/010_restart_crash.pl t/011_untrusted_map.pl t/015_crash_windows.pl
 	t/016_bypass_writes.pl t/020_wal_capture.pl t/021_wal_limits.pl
 	t/023_backup_role.pl t/027_hostile_schema.pl t/028_disk_full.pl
-	t/029_startup_leftovers.pl
+	t/029_startup_leftovers.pl t/030_record_kinds.pl
 )
 
 versions=all
