@@ -53,6 +53,7 @@ my %KNOWN_FUNCTIONS = map { $_ => 1 } qw(
   pg_ls_dir pg_walfile_name txid_current now count sum max min
   stat fsync rename unlink read write pread pwrite lseek open close
   ProcessSyncRequests BufferSync RelationCopyStorage smgrextend smgrwrite FuncnameGetCandidates
+  mdwritev mdzeroextend log_newpages
 );
 
 sub git_files {

@@ -5,7 +5,9 @@
 # section 4.7).
 #
 # A bulk writer (ALTER TABLE ... SET TABLESPACE, a btree CREATE INDEX)
-# WAL-logs a page with log_newpage() and then writes it straight to the file.
+# WAL-logs a page with log_newpage() (15; from 17 on the bulk-write API,
+# bulk_write.c, logs a batch of pages with log_newpages()) and then writes it
+# straight to the file.
 # When a whole checkpoint falls between the two, recovery starts after the
 # WAL record, so it never writes the page again, and the mark made by the
 # write is only in shared memory, after the map save of that checkpoint.  The
@@ -14,7 +16,7 @@
 # the wal source marks the page when its follower reads the WAL record.
 #
 # Each case holds the writer's backend in gdb (batch mode, attached to the
-# backend) at its first log_newpage(), takes a CHECKPOINT and L, lets the
+# backend) at its first log_newpage() (log_newpages()), takes a CHECKPOINT and L, lets the
 # record be written, takes a second CHECKPOINT, releases the backend, which
 # writes the page and commits, and stops the server with -m immediate.
 # After the restart the map must be trusted and the page-LSN oracle must find
@@ -34,10 +36,12 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-use PtrackCluster qw(capture_mode ptrack_node log_position log_since not_trusted_re init_lsn);
+use PtrackCluster qw(capture_mode server_major ptrack_node log_position log_since not_trusted_re init_lsn);
 use PtrackOracle qw(block_counts no_misses_ok pagemapset);
 
 my $mode = capture_mode();
+# Where a bulk writer WAL-logs the pages it then writes past shared buffers.
+my $log_fn = server_major() >= 17 ? 'log_newpages' : 'log_newpage';
 
 my ($gdb) = grep { -x $_ } map { "$_/gdb" } split /:/, $ENV{PATH};
 BAIL_OUT('gdb is not installed: scripts/run-tests.sh installs it (apt-get install gdb)') unless $gdb;
@@ -72,7 +76,7 @@ sub wait_flag
 }
 
 # hold_case($label, $sql, $relation, $held): runs $sql in a session whose
-# backend is held at its first log_newpage() as described above, then crashes
+# backend is held at its first $log_fn() as described above, then crashes
 # and restarts the server and checks; the held page is block $held of the new
 # file of $relation.
 sub hold_case
@@ -89,7 +93,7 @@ sub hold_case
 	print $fh <<"EOF";
 set pagination off
 set confirm off
-break log_newpage
+break $log_fn
 continue
 shell touch $flags/HIT1
 shell while [ ! -e $flags/RELEASE1 ]; do sleep 0.1; done
