@@ -38,8 +38,8 @@ DATA = ptrack--2.0.sql ptrack--2.0--2.1.sql ptrack--2.1--2.2.sql ptrack--2.2--2.
 PGFILEDESC = "ptrack - block-level change tracking"
 
 # src/pg is layered by folder (docs/design.md section 6): ptrack.cpp, the
-# entry point, on top; startup/, sql/, capture/{hooks,wal}/, capture/,
-# persist/ and core/ beneath it.  Its files include each other by their path
+# entry point, on top; sql/, capture/{hooks,wal}/, capture/, persist/ and
+# core/ beneath it.  Its files include each other by their path
 # under src/pg ("core/shared_state.h").
 ENGINE_SRCS = $(wildcard src/engine/*.cpp)
 PG_SRCS = $(sort $(wildcard src/pg/*.cpp src/pg/*/*.cpp src/pg/*/*/*.cpp))

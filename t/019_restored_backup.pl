@@ -20,7 +20,7 @@
 # after it (docs/design.md section 4.5); wal, the postmaster reads the WAL
 # in pg_wal from it before recovery and records the file sizes as the backup
 # left them, and the follower reads on from where that scan ended (7.1).
-# Without that scan (src/pg/startup/map_load.cpp, scan_restored_backup()) the wal
+# Without that scan (src/pg/capture/wal/wal_load.cpp, scan_restored_backup()) the wal
 # source's ptrack_init_lsn() lies after the end-of-recovery checkpoint and
 # step 4 fails.
 #

@@ -100,7 +100,7 @@ SKIP:
 	like($stderr, qr/ERROR:  ptrack's WAL follower cannot start: all replication slots are in use/,
 		'its error names the cause')
 	  or diag "stderr: $stderr";
-	like($stderr, qr/HINT:  Free one or increase max_replication_slots/, 'its hint says what to do');
+	like($stderr, qr/HINT:  Free one or increase "?max_replication_slots"?/, 'its hint says what to do');
 	cmp_ok($seconds, '<', 10, sprintf('it fails at once (%.1f s), not after ptrack.wal_wait_timeout', $seconds));
 
 	# The follower keeps retrying at a pause: a few lines a second at most.
@@ -213,7 +213,7 @@ SKIP:
 	my $log = log_since($node, $offset);
 	like($log, qr/LOG:  ptrack WAL follower stops to release its replication slot "ptrack_wal_follower"/,
 		'the follower logs why it stops');
-	unlike($log, qr/invalidating slot "ptrack_wal_follower"/, 'the slot was not invalidated');
+	unlike($log, qr/invalidating (?:obsolete replication )?slot "ptrack_wal_follower"/, 'the slot was not invalidated');
 	is($node->safe_psql('postgres', 'SELECT restarts FROM ptrack_status'), $restarts, 'tracking did not restart');
 	ok($node->poll_query_until('postgres', 'SELECT follower_pid IS NOT NULL AND off_reason IS NULL FROM ptrack_status'),
 		'the follower runs again');

@@ -48,7 +48,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node log_position log_since init_lsn);
+use PtrackCluster qw(capture_mode ptrack_node log_position log_since init_lsn wait_until_recovered);
 use PtrackOracle qw(lsn_to_int no_misses_ok);
 
 my $mode = capture_mode();
@@ -126,8 +126,7 @@ my ($restored, $emptied) = restore_from_archive('restored', "cp \"$archive/%f\" 
 note "removed $emptied files from the restored copy's pg_wal";
 my $off = log_position($restored);
 $restored->start;
-$restored->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-  or die 'the restored server did not finish recovery';
+wait_until_recovered($restored, $off);
 my $rinit = init_lsn($restored);    # waits for the follower to catch up
 my $log = log_since($restored, $off);
 like($log, qr/restored log file "[0-9A-F]{24}" from archive/, 'recovery read the WAL from the archive');
@@ -187,8 +186,7 @@ if ($mode eq 'wal')
 	$broken->append_conf('postgresql.conf', "recovery_end_command = 'touch \"$flag\"'\n");
 	my $boff = log_position($broken);
 	$broken->start;
-	$broken->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-	  or die 'the second restored server did not finish recovery';
+	wait_until_recovered($broken, $boff);
 	my $binit = init_lsn($broken);
 	my $blog = log_since($broken, $boff);
 	cmp_ok(lsn_to_int($binit), '>', $redo_int,
@@ -213,8 +211,7 @@ if ($mode eq 'wal')
 		"case \"%p\" in *ptrack*) sleep 2;; esac; cp \"$archive/%f\" \"%p\"");
 	my $soff = log_position($slow);
 	$slow->start;
-	$slow->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-	  or die 'the third restored server did not finish recovery';
+	wait_until_recovered($slow, $soff);
 	my $tries = 0;
 	$tries++ until log_since($slow, $soff) =~ /ptrack WAL follower restored WAL segment/ || $tries > 600 || !sleep 1;
 	my $terminated = $slow->safe_psql('postgres',
@@ -278,9 +275,9 @@ SKIP:
 	chmod 0700, $source->data_dir;
 	# The follower starts after recovery, when pg_wal no longer reaches back to the FULL's start.
 	$source->append_conf('postgresql.conf', "hot_standby = off\n");
+	my $pgp_off = log_position($source);
 	$source->start;
-	$source->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-	  or die 'the server pg_probackup restored did not finish recovery';
+	wait_until_recovered($source, $pgp_off);
 	$source->command_ok([ 'pgbench', '-n', '-c', '2', '-j', '1', '-t', '300', 'postgres' ],
 		'pgbench on the server pg_probackup restored');
 	($prc, $pout) = $pgp->('backup', '-B', $catalog, '--instance', 'src', '-b', 'PTRACK', '--no-sync', @conn);

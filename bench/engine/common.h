@@ -1,5 +1,5 @@
 /*
- * bench/engine/common.h -- helpers shared by the three engine benchmarks.
+ * bench/engine/common.h -- helpers shared by the engine benchmarks.
  *
  * The map region is allocated the way PostgreSQL allocates its main shared
  * memory segment (an anonymous MAP_SHARED mapping, 4 KB pages: this machine
@@ -11,13 +11,16 @@
 #define PTRACK_BENCH_COMMON_H
 
 #include <sys/mman.h>
+#include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "ptrack/map.h"
 
@@ -128,6 +131,42 @@ struct Bits {
         return c;
     }
 };
+
+/* CPU seconds of this process (all threads). */
+inline double cpu_seconds()
+{
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+/*
+ * The relations of an "active set" holding `fraction` of a cluster's blocks
+ * (indexes into cluster.relations, which have nblocks; cluster.total is the
+ * sum), chosen in a fixed random order; every relation for fraction >= 1.
+ */
+template <class Cluster>
+std::vector<uint32_t> active_set(const Cluster& c, double fraction, uint64_t seed)
+{
+    std::vector<uint32_t> order(c.relations.size());
+    for (uint32_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+    if (fraction >= 1.0)
+        return order;
+    Rng rng(seed);
+    for (size_t i = order.size() - 1; i > 0; --i)
+        std::swap(order[i], order[rng.below(i + 1)]);
+    std::vector<uint32_t> chosen;
+    uint64_t blocks = 0;
+    for (uint32_t i : order) {
+        if (static_cast<double>(blocks) >= fraction * static_cast<double>(c.total))
+            break;
+        chosen.push_back(i);
+        blocks += c.relations[i].nblocks;
+    }
+    std::sort(chosen.begin(), chosen.end());
+    return chosen;
+}
 
 }  // namespace bench
 

@@ -175,36 +175,6 @@ void mark_changes(ptrack::Map& map, const Cluster& c, const std::vector<uint32_t
     }
 }
 
-/* The relations of an active set holding `fraction` of the cluster, in a fixed random order. */
-std::vector<uint32_t> active_set(const Cluster& c, double fraction, uint64_t seed)
-{
-    std::vector<uint32_t> order(c.relations.size());
-    for (uint32_t i = 0; i < order.size(); ++i)
-        order[i] = i;
-    if (fraction >= 1.0)
-        return order;
-    bench::Rng rng(seed);
-    for (size_t i = order.size() - 1; i > 0; --i)
-        std::swap(order[i], order[rng.below(i + 1)]);
-    std::vector<uint32_t> chosen;
-    uint64_t blocks = 0;
-    for (uint32_t i : order) {
-        if (static_cast<double>(blocks) >= fraction * static_cast<double>(c.total))
-            break;
-        chosen.push_back(i);
-        blocks += c.relations[i].nblocks;
-    }
-    std::sort(chosen.begin(), chosen.end());
-    return chosen;
-}
-
-double cpu_seconds()
-{
-    timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 /* Blocks of a segment file in 8 MB ranges whose summary slot is >= since (those the summary scan probes). */
 uint64_t blocks_in_changed_ranges(const ptrack::Map& map, const RelFork& rel, uint32_t segno, uint32_t nblocks,
                                   Lsn since)
@@ -253,10 +223,10 @@ ScanResult time_scan(const ptrack::Map& map, const Cluster& c, Lsn since, Scan h
     static uint8_t buf[kSegBlocks / 8];
     ScanResult r;
     for (int i = 0; i < repeats; ++i) {
-        const double w0 = bench::now_seconds(), c0 = cpu_seconds();
+        const double w0 = bench::now_seconds(), c0 = bench::cpu_seconds();
         uint64_t probed = 0, blocks = 0;
         const uint64_t reported = scan_once(map, c, since, how, buf, &probed, &blocks);
-        const double w = bench::now_seconds() - w0, cpu = cpu_seconds() - c0;
+        const double w = bench::now_seconds() - w0, cpu = bench::cpu_seconds() - c0;
         r.wall = std::min(r.wall, w);
         r.cpu = std::min(r.cpu, cpu);
         r.reported = reported;
@@ -352,7 +322,7 @@ int main(int argc, char** argv)
         Wal wal(Lsn{1} << 32);
         bench::Rng rng(42);
         /* History: 5% of the blocks, anywhere, before L. */
-        const std::vector<uint32_t> all = active_set(c, 1.0, 0);
+        const std::vector<uint32_t> all = bench::active_set(c, 1.0, 0);
         mark_changes(map, c, all, c.total / 20, wal, rng, nullptr, seen);
         const Lsn since = wal.lsn + 1;
         uint64_t changed = 0;
@@ -365,7 +335,7 @@ int main(int argc, char** argv)
             changed = c.total;
         } else if (s.fraction > 0) {
             const double active_fraction = s.locality > 0 ? std::min(1.0, s.locality * s.fraction) : 1.0;
-            const std::vector<uint32_t> active = active_set(c, active_fraction, 99);
+            const std::vector<uint32_t> active = bench::active_set(c, active_fraction, 99);
             mark_changes(map, c, active, static_cast<uint64_t>(s.fraction * static_cast<double>(c.total)), wal, rng,
                          &truth, seen);
             changed = truth.count();

@@ -70,6 +70,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ptrack/atomic.h"
 #include "ptrack/hash.h"
 #include "ptrack/relfork.h"
 
@@ -104,11 +105,19 @@ bool limit_steps_valid(const LimitSteps& steps) noexcept;
 
 class LimitTable {
 public:
+    /*
+     * One bucket, a sequence lock with one writer: `sequence` is odd while
+     * the writer updates the bucket (made odd relaxed, a release fence, the
+     * fields stored relaxed, the next even value stored with release); a
+     * reader copies the fields (relaxed) between an acquire load of an even
+     * sequence and an acquire fence, and keeps the copy if the sequence did
+     * not change (read_bucket()).
+     */
     struct alignas(64) Bucket {
-        uint64_t sequence; /* odd while the writer updates the bucket */
-        uint64_t lsn[kLimitSteps];
-        uint32_t limit[kLimitSteps];
-        uint32_t count;
+        Atomic<uint64_t> sequence;
+        Atomic<uint64_t> lsn[kLimitSteps];
+        Atomic<uint32_t> limit[kLimitSteps];
+        Atomic<uint32_t> count;
     };
     static_assert(sizeof(Bucket) == 64, "a bucket is one cache line");
 

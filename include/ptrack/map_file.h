@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ptrack/file_sink.h" /* Crc32cFn */
 #include "ptrack/map.h"
 
 namespace ptrack {
@@ -42,9 +43,6 @@ constexpr const char* kMapTempFileName = "ptrack.map.tmp";
 constexpr uint32_t kMapFileVersion = 2;
 constexpr size_t kMapFileHeaderBytes = 512;
 constexpr uint32_t kMapFileChunkBytes = 64 * 1024; /* see bench/RESULTS.md, checkpoint cost */
-
-/* Finalised CRC-32C (Castagnoli) of `len` bytes. */
-using Crc32cFn = uint32_t (*)(const void* data, size_t len);
 
 /*
  * Which capture source wrote the map (src/pg/capture/capture_source.h).  A map is

@@ -24,24 +24,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ptrack/file_sink.h"
 #include "ptrack/map.h"
 #include "ptrack/map_delta.h"
 #include "ptrack/map_file.h"
 
 namespace ptrack {
-
-/* Where a flush writes: one file, at byte offsets. */
-class FlushSink {
-public:
-    /* Writes `len` bytes at byte `offset`; false on failure, which ends the flush. */
-    virtual bool write(const void* data, size_t len, uint64_t offset) noexcept = 0;
-
-protected:
-    ~FlushSink() = default;
-};
-
-/* CRC-32C continued over `len` more bytes, not finalised: start with 0xFFFFFFFF, xor it at the end. */
-using Crc32cUpdateFn = uint32_t (*)(uint32_t crc, const void* data, size_t len);
 
 /*
  * Writes the whole map as a map file for `header` (whose geometry is the

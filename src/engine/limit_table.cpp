@@ -102,19 +102,19 @@ bool LimitTable::read_bucket(uint32_t bucket, LimitSteps* out) const noexcept
     for (uint32_t attempt = 0; attempt < kMaxReads; ++attempt) {
         if (attempt >= kSpinReads)
             std::this_thread::yield();
-        const uint64_t s1 = __atomic_load_n(&b.sequence, __ATOMIC_ACQUIRE);
+        const uint64_t s1 = b.sequence.load(Order::kAcquire);
         if (s1 & 1) {
             cpu_relax();
             continue;
         }
         LimitSteps copy;
-        copy.count = __atomic_load_n(&b.count, __ATOMIC_RELAXED);
+        copy.count = b.count.load(Order::kRelaxed);
         for (uint32_t j = 0; j < kLimitSteps; ++j) {
-            copy.lsn[j] = __atomic_load_n(&b.lsn[j], __ATOMIC_RELAXED);
-            copy.limit[j] = __atomic_load_n(&b.limit[j], __ATOMIC_RELAXED);
+            copy.lsn[j] = b.lsn[j].load(Order::kRelaxed);
+            copy.limit[j] = b.limit[j].load(Order::kRelaxed);
         }
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        const uint64_t s2 = __atomic_load_n(&b.sequence, __ATOMIC_RELAXED);
+        atomic_fence(Order::kAcquire);
+        const uint64_t s2 = b.sequence.load(Order::kRelaxed);
         if (s1 == s2 && copy.count <= kLimitSteps) {
             *out = copy;
             return true;
@@ -135,15 +135,15 @@ uint32_t LimitTable::bucket_answer(uint32_t bucket, Lsn since) const noexcept
 void LimitTable::write_bucket(uint32_t bucket, const LimitSteps& steps) noexcept
 {
     Bucket& b = buckets_[bucket];
-    const uint64_t s = __atomic_load_n(&b.sequence, __ATOMIC_RELAXED); /* only this writer changes it */
-    __atomic_store_n(&b.sequence, s + 1, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
+    const uint64_t s = b.sequence.load(Order::kRelaxed); /* only this writer changes it */
+    b.sequence.store(s + 1, Order::kRelaxed);
+    atomic_fence(Order::kRelease);
     for (uint32_t j = 0; j < kLimitSteps; ++j) {
-        __atomic_store_n(&b.lsn[j], j < steps.count ? steps.lsn[j] : 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&b.limit[j], j < steps.count ? steps.limit[j] : 0, __ATOMIC_RELAXED);
+        b.lsn[j].store(j < steps.count ? steps.lsn[j] : 0, Order::kRelaxed);
+        b.limit[j].store(j < steps.count ? steps.limit[j] : 0, Order::kRelaxed);
     }
-    __atomic_store_n(&b.count, steps.count, __ATOMIC_RELAXED);
-    __atomic_store_n(&b.sequence, s + 2, __ATOMIC_RELEASE);
+    b.count.store(steps.count, Order::kRelaxed);
+    b.sequence.store(s + 2, Order::kRelease);
 }
 
 void LimitTable::add(uint32_t bucket, Lsn lsn, uint32_t limit) noexcept
@@ -151,10 +151,10 @@ void LimitTable::add(uint32_t bucket, Lsn lsn, uint32_t limit) noexcept
     /* The writer reads its own bucket: no concurrent store, no sequence check needed. */
     const Bucket& b = buckets_[bucket];
     LimitSteps steps;
-    steps.count = __atomic_load_n(&b.count, __ATOMIC_RELAXED);
+    steps.count = b.count.load(Order::kRelaxed);
     for (uint32_t j = 0; j < kLimitSteps; ++j) {
-        steps.lsn[j] = __atomic_load_n(&b.lsn[j], __ATOMIC_RELAXED);
-        steps.limit[j] = __atomic_load_n(&b.limit[j], __ATOMIC_RELAXED);
+        steps.lsn[j] = b.lsn[j].load(Order::kRelaxed);
+        steps.limit[j] = b.limit[j].load(Order::kRelaxed);
     }
     if (steps.count > kLimitSteps) {
         /* Cannot happen (write_bucket keeps buckets valid); if it did, answer "every block" forever. */

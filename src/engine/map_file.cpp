@@ -193,7 +193,7 @@ const char* map_file_distrust_reason(const MapFileHeader& header, const StartupF
         return "it is older than the latest checkpoint (a flush was missed, or the WAL was reset)";
     /*
      * Whatever recovery does or does not write again, the startup scan marks
-     * every record after covered_lsn (src/pg/capture/hooks/startup_scan.h), so
+     * every record after covered_lsn (src/pg/capture/startup_scan.h), so
      * full_page_writes does not matter.  Under wal_level = minimal new
      * relations are written without WAL, which no scan can see.
      */

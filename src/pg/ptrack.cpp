@@ -38,6 +38,7 @@ PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 #include "capture/capture_source.h"
 #include "capture/wal/capture_wal.h"
 #include "capture/file_growth.h"
+#include "capture/wal_archive.h"
 #include "compat/compat.h"
 #include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
@@ -51,7 +52,7 @@ static_assert(std::is_nothrow_constructible_v<Map, void*, const MapGeometry&>, "
 
 namespace {
 
-/* ptrack.capture: the configured choice; capture_source is what runs. */
+/* ptrack.capture: the configured choice; running_source() is what runs. */
 enum CaptureSetting { kCaptureAuto, kCaptureHooks, kCaptureWal };
 int capture_setting = kCaptureAuto;
 const struct config_enum_entry capture_options[] = {
@@ -101,6 +102,23 @@ void ptrack_shmem_request()
     }
 }
 
+/*
+ * In the postmaster, on a freshly created shared state: the map as saved
+ * (persist/map_load.cpp, with the running source's steps), then what
+ * applies whatever map is in use: marks a crash lost with nothing else to
+ * restore them (bypass_journal_io.h), and the sizes file that goes with
+ * the map (a trusted one's, or those recorded before recovery:
+ * file_growth.h).  A segment the WAL follower restored from the archive
+ * when the server stopped goes first (wal_archive.h).
+ */
+void load_saved_state(SharedState* state, Map* map)
+{
+    remove_archive_leftover();
+    load_map(state, map);
+    bypass_journal_apply(map);
+    growth_settle_files(state->loaded_covered_lsn != 0 ? state->loaded_covered_lsn : state->presized_redo_lsn);
+}
+
 void ptrack_shmem_startup()
 {
     if (prev_shmem_startup_hook)
@@ -115,13 +133,10 @@ void ptrack_shmem_startup()
         }
         return;
     }
-    /*
-     * A run with the wal source (ptrack.capture changed, or the data
-     * directory moved to a server with the hooks) left a slot that nobody
-     * advances any more: it would keep every WAL segment from then on.
-     */
-    if (capture_source == CaptureSourceId::kHooks && !IsUnderPostmaster)
-        remove_follower_slot("this server captures changes with the hooks, not from the WAL");
+    /* A slot a run with the other source left would keep every WAL segment from then on (capture_source.h). */
+    const CaptureSourceOps& source = running_source();
+    if (source.drops_follower_slot != nullptr && !IsUnderPostmaster)
+        remove_follower_slot(source.drops_follower_slot);
 
     const MapGeometry geometry = configured_geometry();
     bool found = false;
@@ -137,11 +152,11 @@ void ptrack_shmem_startup()
         memset(static_cast<void*>(state), 0, sizeof(SharedState));
         SpinLockInit(&state->last_restart.mutex);
         SpinLockInit(&state->follower_start_error.mutex);
-        state->init_lsn = 0;
+        state->init_lsn.store(0, Order::kRelaxed);
         state->geometry = geometry;
         /* load_map() fills the region from the file, or clears it. */
         Map fresh(region_of(state), geometry);
-        load_map(state, &fresh);
+        load_saved_state(state, &fresh);
     }
     const uint32_t slots = announcement_slots();
     auto* lines = static_cast<MarkAnnouncement*>(
@@ -161,7 +176,6 @@ void ptrack_shmem_startup()
 }  // namespace ptrack::pg
 
 using namespace ptrack::pg;
-using ptrack::CaptureSourceId;
 
 /*
  * PostgreSQL keeps a custom parameter at its default (0 here: tracking off)
@@ -282,7 +296,7 @@ static void warn_unknown_settings()
  * the configured source cannot run here (the server does not start with
  * tracking in an unknown state, as for ptrack.map_size).
  */
-static CaptureSourceId resolve_capture_source()
+static const CaptureSourceOps* resolve_capture_source()
 {
     const bool have_hooks = hooks_available();
     if (capture_setting == kCaptureHooks && !have_hooks)
@@ -293,7 +307,7 @@ static CaptureSourceId resolve_capture_source()
                                   kServerMajor),
                         errhint("Set ptrack.capture = auto or wal to capture changes from the WAL on this server.")));
     if (capture_setting == kCaptureHooks || (capture_setting == kCaptureAuto && have_hooks))
-        return CaptureSourceId::kHooks;
+        return &kHooksSource;
     if (wal_level < WAL_LEVEL_REPLICA)
         ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("ptrack captures changes from the WAL on this server, which needs wal_level "
@@ -306,7 +320,7 @@ static CaptureSourceId resolve_capture_source()
                                "slot, but max_replication_slots = 0"),
                         errhint("Set max_replication_slots to at least 1 (ptrack uses one slot, \"%s\").",
                                 kFollowerSlotName)));
-    return CaptureSourceId::kWal;
+    return &kWalSource;
 }
 
 void _PG_init(void)
@@ -349,11 +363,9 @@ void _PG_init(void)
 
     if (map_size_mb == 0)
         return;
-    capture_source = resolve_capture_source();
+    const CaptureSourceOps* source = resolve_capture_source();
+    set_running_source(source);
     /* SHOW ptrack.capture names the source that runs, not "auto". */
-    SetConfigOption("ptrack.capture", capture_source_name(capture_source), PGC_POSTMASTER, PGC_S_OVERRIDE);
-    if (capture_source == CaptureSourceId::kHooks)
-        install_capture_hooks();
-    else
-        register_wal_follower();
+    SetConfigOption("ptrack.capture", source->name, PGC_POSTMASTER, PGC_S_OVERRIDE);
+    source->install();
 }

@@ -44,6 +44,7 @@ use PostgreSQL::Test::Utils;
 
 our @EXPORT_OK = qw(
   capture_mode
+  new_node
   server_major
   server_has_hooks
   tablespace_version_re
@@ -53,6 +54,7 @@ our @EXPORT_OK = qw(
   delta_batches
   log_position
   log_since
+  wait_until_recovered
   not_trusted_re
   count_matches
   init_lsn
@@ -178,6 +180,28 @@ sub _stock_install_path
 	return $root;
 }
 
+=item new_node($name, %opts)
+
+PostgreSQL::Test::Cluster->new($name), or with C<stock =E<gt> 1> a node that
+runs the server without the core hooks (as ptrack_node's option): for a
+standby or a restored copy of a stock node (init_from_backup).
+
+=cut
+
+sub new_node
+{
+	my ($name, %opts) = @_;
+	my %new;
+	if ($opts{stock} && server_has_hooks())
+	{
+		my $stock = _stock_install_path();
+		Test::More::plan(skip_all => 'this server has the core hooks and no postgres-nohooks next to it')
+		  unless defined $stock;
+		$new{install_path} = $stock;
+	}
+	return PostgreSQL::Test::Cluster->new($name, %new);
+}
+
 =item ptrack_node($name, %opts)
 
 A new, initialised, stopped node with:
@@ -205,17 +229,7 @@ none).
 sub ptrack_node
 {
 	my ($name, %opts) = @_;
-	my %new;
-	if ($opts{stock} && server_has_hooks())
-	{
-		my $stock = _stock_install_path();
-		if (!defined $stock)
-		{
-			Test::More::plan(skip_all => 'this server has the core hooks and no postgres-nohooks next to it');
-		}
-		$new{install_path} = $stock;
-	}
-	my $node = PostgreSQL::Test::Cluster->new($name, %new);
+	my $node = new_node($name, stock => $opts{stock});
 	my %init;
 	$init{allows_streaming} = $opts{allows_streaming} if $opts{allows_streaming};
 	my @extra = @{ $opts{extra} // [] };
@@ -391,6 +405,14 @@ sub delta_batches
 
 =pod
 
+=item wait_until_recovered($node, $offset)
+
+Waits until the node, started after its log was at C<$offset>, has ended
+recovery and accepts connections.  A server recovering with hot_standby = off
+refuses connections meanwhile, and polling it with psql can die on the
+framework's side (IPC::Run's write of the query to a psql that has already
+exited: "ack Broken pipe"), so the log is watched first.
+
 =item log_position($node)
 
 The current size of the node's log file: pass it to log_since() to look only
@@ -401,6 +423,15 @@ at what the server logs from now on.
 The node's log from byte C<$offset> on.
 
 =cut
+
+sub wait_until_recovered
+{
+	my ($node, $offset) = @_;
+	$node->wait_for_log(qr/database system is ready to accept connections/, $offset);
+	$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+	  or croak 'the server ' . $node->name . ' did not finish recovery';
+	return;
+}
 
 sub log_position
 {

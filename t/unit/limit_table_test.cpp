@@ -504,11 +504,12 @@ TEST(LimitTable, StalledWriterMakesReadersConservative)
     OwnedTable t(1);
     t.table.set_relation_limit(kRel, 5000, 100);
     auto* bucket = static_cast<LimitTable::Bucket*>(t.memory_);
-    bucket->sequence |= 1; /* as if the writer stopped between its two sequence stores */
+    /* As if the writer stopped between its two sequence stores. */
+    bucket->sequence.store(bucket->sequence.load(ptrack::Order::kRelaxed) | 1, ptrack::Order::kRelaxed);
     LimitSteps steps;
     EXPECT_FALSE(t.table.read_bucket(0, &steps));
     EXPECT_EQ(t.table.first_changed_block(kRel, 100), 0u);
     EXPECT_EQ(t.table.first_changed_block(kRel, 101), 0u) << "even past every event: nothing can be trusted";
-    bucket->sequence += 1;
+    (void) bucket->sequence.add(1, ptrack::Order::kRelaxed);
     EXPECT_EQ(t.table.first_changed_block(kRel, 100), 5000u);
 }

@@ -22,45 +22,16 @@
 
 #include "crc32c_oracle.h"
 #include "map_fixture.h"
+#include "memory_sink.h"
 #include "ptrack/map_flush.h"
 
 using namespace ptrack;
 using ptrack_test::bitwise_crc32c;
+using ptrack_test::MemorySink;
+using ptrack_test::oracle_update;
 using ptrack_test::OwnedMap;
 
 namespace {
-
-/* A file in memory; `fail_after` writes succeed, the next one fails. */
-class MemorySink final : public FlushSink {
-public:
-    bool write(const void* data, size_t len, uint64_t offset) noexcept override
-    {
-        if (writes == fail_after)
-            return false;
-        ++writes;
-        last_offset = offset;
-        if (bytes.size() < offset + len)
-            bytes.resize(offset + len);
-        std::memcpy(bytes.data() + offset, data, len);
-        return true;
-    }
-    std::vector<uint8_t> bytes;
-    uint64_t writes = 0;
-    uint64_t fail_after = ~uint64_t{0};
-    uint64_t last_offset = 0;
-};
-
-/* The unfinalised update the engine takes, from the oracle: finalising is an xor. */
-uint32_t oracle_update(uint32_t crc, const void* data, size_t len)
-{
-    const auto* p = static_cast<const uint8_t*>(data);
-    for (size_t i = 0; i < len; ++i) {
-        crc ^= p[i];
-        for (int k = 0; k < 8; ++k)
-            crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
-    }
-    return crc;
-}
 
 MapFileHeader header_for(const MapGeometry& g, uint32_t chunk_bytes)
 {

@@ -19,7 +19,7 @@ extern "C" {
 
 namespace ptrack::pg {
 
-PTRACK_ENGINE_NOEXCEPT(&Map::attached, &atomic_max_lsn);
+PTRACK_ENGINE_NOEXCEPT(&Map::attached);
 
 MarkAnnouncement* announcements = nullptr;
 uint32_t announcement_count = 0;
@@ -52,13 +52,13 @@ MarkAnnouncement* attach_announcement() noexcept
 
 void wait_for_marks_in_progress() noexcept
 {
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    atomic_fence(Order::kSeqCst);
     for (uint32_t i = 0; i < announcement_count; ++i) {
-        const uint64_t seen = __atomic_load_n(&announcements[i].state, __ATOMIC_ACQUIRE);
+        const uint64_t seen = announcements[i].state.load(Order::kAcquire);
         if ((seen & 1) == 0)
             continue;
         /* A mark is a few hundred instructions; wait for this one to end (the generation moves on). */
-        for (int spins = 0; __atomic_load_n(&announcements[i].state, __ATOMIC_ACQUIRE) == seen; ++spins) {
+        for (int spins = 0; announcements[i].state.load(Order::kAcquire) == seen; ++spins) {
             if (spins < 1000)
                 pg_spin_delay();
             else
@@ -110,8 +110,8 @@ void restart_tracking_at(Lsn now, const char* reason)
 {
     if (!map.attached())
         return;
-    atomic_max_lsn(&shared->init_lsn, now);
-    __atomic_add_fetch(&shared->restart_count, 1, __ATOMIC_RELAXED);
+    shared->init_lsn.store_max(now);
+    (void) shared->restart_count.add(1, Order::kRelaxed);
     /* For ptrack_status(): no allocation, no error under the spinlock. */
     const TimestampTz at = GetCurrentTimestamp();
     RestartInfo& last = shared->last_restart;

@@ -78,7 +78,7 @@ __attribute__((always_inline)) inline const Map::SegmentRef& cached_segment_ref(
  * announces itself later reads an LSN >= the flush's start LSN.
  */
 struct alignas(64) MarkAnnouncement {
-    uint64_t state;
+    Atomic<uint64_t> state; /* written only by its process: odd while a mark is in progress */
 };
 extern MarkAnnouncement* announcements; /* in shared memory, one per PGPROC */
 extern uint32_t announcement_count;
@@ -104,11 +104,11 @@ __attribute__((always_inline)) inline void capture_block_written(const RelFork& 
     if (unlikely(announcement == nullptr))
         announcement = attach_announcement();
     /* Full barrier: the announcement is visible before the LSN is read. */
-    __atomic_store_n(&announcement->state, my_generation | 1, __ATOMIC_SEQ_CST);
+    announcement->state.store(my_generation | 1, Order::kSeqCst);
     const Lsn lsn = current_mark_lsn();
     map.mark_in_segment(cached_segment_ref(rel, block), block, lsn);
     my_generation += 2;
-    __atomic_store_n(&announcement->state, my_generation, __ATOMIC_RELEASE);
+    announcement->state.store(my_generation, Order::kRelease);
 }
 
 /*

@@ -71,7 +71,7 @@ Lsn growth_walk(bool baseline, Lsn skip_marked_since = 0);
 
 /*
  * The hooks source, in the postmaster before recovery from a crash
- * (map_load.cpp): loads the sizes saved with the map whose covered LSN is
+ * (hooks/hooks_load.cpp): loads the sizes saved with the map whose covered LSN is
  * `covered`, looks at every relation file and marks in `map`, at `lsn`, the
  * blocks each file gained since (every block of a file the sizes do not
  * name); *blocks counts them.  nullptr, or why it could not (no sizes file
@@ -113,7 +113,7 @@ void growth_truncated(const RelFork& rel, BlockNumber nblocks);
 void growth_database_replaced(uint32_t spc, uint32_t db);
 
 /*
- * Before recovery, in the postmaster (map_load.cpp): records the size of
+ * Before recovery, in the postmaster (wal/wal_load.cpp): records the size of
  * every relation file as it is before the startup process replays anything
  * and saves them as ptrack.sizes for `redo`, the LSN recovery starts from,
  * so that a fresh map's follower can take them as its baseline instead of a
@@ -130,7 +130,7 @@ bool growth_prepare_save(Lsn covered);
 void growth_commit_save();
 
 /*
- * At startup, in the postmaster, once the map is judged (map_load.cpp):
+ * At startup, in the postmaster, once the map is judged (ptrack.cpp, after load_map()):
  * settles a ptrack.sizes.new left by a save that crashed or failed between
  * its two renames, or brought in by a copy of the data directory.  With
  * `covered` the covered LSN of the sizes the map in use needs (0: none), a

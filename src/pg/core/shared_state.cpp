@@ -1,7 +1,7 @@
 /*
  * shared_state.cpp -- the process-wide globals of shared_state.h and their
  * accessors: what every other file of src/pg reads (the map, the shared
- * state, the source that runs, init_lsn(), require_tracking()).
+ * state, init_lsn(), require_tracking()).
  *
  * They live apart from the module entry point (ptrack.cpp), which only
  * registers things and writes these globals once, in _PG_init and the shared
@@ -25,7 +25,7 @@ LimitTable limits;
 bool preloaded = false;
 int map_size_mb = 0;
 bool use_segment_summary = true;
-CaptureSourceId capture_source = CaptureSourceId::kNone;
+bool init_lsn_on_first_use = false;
 char unknown_setting[128] = "";
 
 Lsn current_mark_lsn_in_recovery() noexcept
@@ -46,13 +46,12 @@ Lsn current_mark_lsn_in_recovery() noexcept
 
 Lsn init_lsn() noexcept
 {
-    uint64_t lsn = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
-    if (lsn != 0 || capture_source == CaptureSourceId::kWal)
+    const uint64_t lsn = shared->init_lsn.load(Order::kAcquire);
+    if (lsn != 0 || !init_lsn_on_first_use)
         return lsn;
     uint64_t expected = 0;
     const uint64_t now = Max(current_mark_lsn(), Lsn{1});
-    if (__atomic_compare_exchange_n(&shared->init_lsn, &expected, now, false, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE))
+    if (shared->init_lsn.compare_exchange(&expected, now))
         return now;
     return expected; /* another process established it first */
 }

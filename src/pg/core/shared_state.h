@@ -17,6 +17,7 @@ extern "C" {
 }
 
 #include "core/boundary.h"
+#include "ptrack/atomic.h"
 #include "ptrack/limit_table.h"
 #include "ptrack/map.h"
 #include "ptrack/map_file.h"
@@ -31,20 +32,25 @@ namespace ptrack::pg {
 
 /*
  * The WAL follower's progress (capture_wal.cpp), read by the SQL functions
- * (the freshness wait) and by monitoring.  Written only by the follower;
- * the LSNs are read and written atomically.
+ * (the freshness wait) and by monitoring.  No lock: every field is an
+ * Atomic, written only by the follower (but walk_requested, which any
+ * backend bumps, acquire-release), stored with release and loaded with
+ * acquire.  Publication order: the marks of a record are stored in the map
+ * before applied_lsn moves past it, and the marks of a walk before
+ * walk_done; the latch before the pid when it starts, the pid before the
+ * latch (both cleared) when it exits.
  */
 struct FollowerProgress {
-    uint64_t applied_lsn;     /* end of the last record whose changes are marked; 0 until it runs */
-    uint64_t saved_lsn;       /* covered LSN of the last successful map save */
-    void* latch;              /* the follower's Latch (in shared memory), to wake it; nullptr when not running */
-    uint64_t walk_requested;  /* atomic; bumped by a backend that needs a size walk (file_growth.h) */
-    uint64_t walk_done;       /* atomic; the walk_requested value the last finished walk started after */
-    int64_t caught_up_time;   /* atomic; TimestampTz when it last had applied all the WAL then available */
-    uint32_t timeline;        /* atomic; timeline of the WAL it reads */
-    int32_t pid;              /* atomic; the follower's PID, 0 when not running */
-    uint64_t slot_releases;   /* atomic; times the server stopped the follower to release its slot, which held
-                                 more WAL than max_slot_wal_keep_size allows (it saved and resumed) */
+    Atomic<uint64_t> applied_lsn;    /* end of the last record whose changes are marked; 0 until it runs */
+    Atomic<uint64_t> saved_lsn;      /* covered LSN of the last successful map save */
+    Atomic<void*> latch;             /* the follower's Latch (in shared memory), to wake it; nullptr when not running */
+    Atomic<uint64_t> walk_requested; /* bumped by a backend that needs a size walk (file_growth.h) */
+    Atomic<uint64_t> walk_done;      /* the walk_requested value the last finished walk started after */
+    Atomic<int64_t> caught_up_time;  /* TimestampTz when it last had applied all the WAL then available */
+    Atomic<uint32_t> timeline;       /* timeline of the WAL it reads */
+    Atomic<int32_t> pid;             /* the follower's PID, 0 when not running */
+    Atomic<uint64_t> slot_releases;  /* times the server stopped the follower to release its slot, which held
+                                        more WAL than max_slot_wal_keep_size allows (it saved and resumed) */
 };
 
 /*
@@ -66,20 +72,33 @@ struct FollowerStartError {
 /*
  * The last map save and the save counters, for ptrack_status().  Written
  * only by the one process that saves in this server run (the checkpointer
- * or the WAL follower: capture_source.h), as a sequence lock: `sequence` is
- * odd while a write is under way, and a reader retries until it reads the
- * same even value before and after copying (save_stats_read()).  Every
- * field is read and written with atomics.
+ * or the WAL follower: capture/capture_source.h), as a sequence lock:
+ * `sequence` is odd while a write is under way (its writer makes it odd,
+ * then a release fence, then relaxed stores of the fields, then a release
+ * store of the next even value), and a reader retries until it reads the
+ * same even value (acquire) before and after copying the fields (relaxed,
+ * then an acquire fence): save_stats_read().
  */
 struct SaveStats {
-    uint64_t sequence;
-    uint64_t saves;       /* successful saves since the server started */
-    uint64_t failures;    /* failed saves since the server started */
-    uint64_t lsn;         /* covered LSN of the last successful save */
-    int64_t time;         /* TimestampTz when it ended */
-    uint64_t bytes;       /* bytes it wrote (map or delta) */
-    uint64_t duration_us; /* how long it took */
-    uint64_t full;        /* 1: the whole map, 0: a delta */
+    Atomic<uint64_t> sequence;
+    Atomic<uint64_t> saves;       /* successful saves since the server started */
+    Atomic<uint64_t> failures;    /* failed saves since the server started */
+    Atomic<uint64_t> lsn;         /* covered LSN of the last successful save */
+    Atomic<int64_t> time;         /* TimestampTz when it ended */
+    Atomic<uint64_t> bytes;       /* bytes it wrote (map or delta) */
+    Atomic<uint64_t> duration_us; /* how long it took */
+    Atomic<uint64_t> full;        /* 1: the whole map, 0: a delta */
+};
+
+/* A consistent copy of SaveStats (save_stats_read()), in a reader's frame. */
+struct SaveRecord {
+    uint64_t saves;
+    uint64_t failures;
+    Lsn lsn;
+    int64_t time;
+    uint64_t bytes;
+    uint64_t duration_us;
+    bool full;
 };
 
 /*
@@ -100,8 +119,9 @@ struct RestartInfo {
  * sees the earlier ones):
  *
  *  - fixed at start: geometry and fresh_init_floor.  Written by the
- *    postmaster in load_map() (startup/map_load.cpp) before any other
- *    process exists; fork() publishes them; read-only afterwards.  No lock.
+ *    postmaster in load_map() (persist/map_load.cpp, with the source's
+ *    steps: capture/capture_source.h) before any other process exists;
+ *    fork() publishes them; read-only afterwards.  No lock.
  *  - the resume point: loaded_covered_lsn, loaded_timeline,
  *    presized_redo_lsn, restored_scan_from, restored_scan_end,
  *    resume_at_scan_end.  Written by the postmaster at start; afterwards
@@ -111,10 +131,11 @@ struct RestartInfo {
  *    restarts; hooks: the checkpointer reads
  *    loaded_covered_lsn and never writes it).  One process at a time, so
  *    plain loads and stores.
- *  - init_lsn: any process, with atomics only: it goes from 0 to a value
- *    once (compare-exchange, init_lsn() and the follower's fresh start) and
- *    otherwise only forward (atomic_max_lsn(), restart_tracking_at()).
- *    Release on every store, acquire on every load.
+ *  - init_lsn: any process, an Atomic: it goes from 0 to a value once
+ *    (compare_exchange(), init_lsn() and the follower's fresh start) and
+ *    otherwise only forward (store_max(), restart_tracking_at()).  Release
+ *    on every store, acquire on every load (relaxed in the postmaster's
+ *    load_map(), before any other process exists).
  *  - restart_count (relaxed atomic counter) and last_restart (its spinlock
  *    `mutex`): any process that restarts tracking, counter first.
  *  - follower: FollowerProgress, one writer (the follower); the marks of a
@@ -124,18 +145,18 @@ struct RestartInfo {
  *  - save_stats: SaveStats, a sequence lock with one writer (below).
  */
 struct SharedState {
-    uint64_t init_lsn; /* atomic; LSN from which tracking is complete, 0 until established */
+    Atomic<uint64_t> init_lsn; /* LSN from which tracking is complete, 0 until established */
     MapGeometry geometry;
     Lsn loaded_covered_lsn;    /* covered LSN of the map loaded at startup or, wal, of the follower's
                                   latest save (where a restarted follower resumes); 0 for a fresh map */
     uint32_t loaded_timeline;  /* timeline of that save */
-    Lsn fresh_init_floor;      /* wal: a fresh map's init_lsn is at least this (map_load.cpp) */
+    Lsn fresh_init_floor;      /* wal: a fresh map's init_lsn is at least this (wal_load.cpp) */
     Lsn presized_redo_lsn;     /* wal: ptrack.sizes holds the file sizes from before recovery, which starts
-                                  at this redo LSN; 0 if not (map_load.cpp, capture_wal.cpp) */
+                                  at this redo LSN; 0 if not (wal_load.cpp, capture_wal.cpp) */
     Lsn restored_scan_from;    /* wal, a restored backup: the map holds every change from this LSN ... */
-    Lsn restored_scan_end;     /* ... to this one, read before recovery; 0 if not (map_load.cpp) */
+    Lsn restored_scan_end;     /* ... to this one, read before recovery; 0 if not (wal_load.cpp) */
     bool resume_at_scan_end;   /* the follower may start reading at restored_scan_end (a restored primary) */
-    uint64_t restart_count;    /* atomic; tracking restarts since the server started */
+    Atomic<uint64_t> restart_count; /* tracking restarts since the server started */
     FollowerProgress follower;
     SaveStats save_stats;
     RestartInfo last_restart;
@@ -150,17 +171,21 @@ extern int map_size_mb;     /* the ptrack.map_size GUC, in MB */
 extern bool use_segment_summary; /* developer GUC ptrack.use_segment_summary */
 extern char unknown_setting[128]; /* the first unknown ptrack.* name configured, "" if none (ptrack.cpp) */
 
-/* The source of this server run, resolved in _PG_init; kNone while tracking is off (capture/capture_source.h). */
-extern CaptureSourceId capture_source;
+/*
+ * ptrack_init_lsn() of a fresh map is established by its first reader
+ * (init_lsn()) rather than by the source: a property of the source that runs
+ * (capture/capture_source.h), set with it in _PG_init.
+ */
+extern bool init_lsn_on_first_use;
 
-PTRACK_FRAME_SAFE(SharedState, Map, MapGeometry, SaveStats, FollowerStartError);
+PTRACK_FRAME_SAFE(SharedState, Map, MapGeometry, SaveStats, SaveRecord, FollowerStartError);
 
 /* After a map save, by the saving process (map_save.cpp): updates SaveStats. */
 void save_stats_record_success(Lsn covered_lsn, uint64_t bytes, uint64_t duration_us, bool full) noexcept;
 void save_stats_record_failure() noexcept;
 
 /* A consistent copy of SaveStats (retries while the saver writes). */
-void save_stats_read(SaveStats* out) noexcept;
+void save_stats_read(SaveRecord* out) noexcept;
 
 /* Set once this process has seen recovery over (it never comes back). */
 inline bool recovery_seen_over = false;
@@ -182,11 +207,11 @@ inline Lsn current_mark_lsn() noexcept
 }
 
 /*
- * ptrack_init_lsn().  hooks: established on first use as current_mark_lsn(),
- * since the map has recorded every write since this process's postmaster
- * created it; never 0 once returned.  wal: set by the follower where it
- * starts reading; 0 until then (the SQL functions wait for it).  Requires an
- * attached map.
+ * ptrack_init_lsn().  With init_lsn_on_first_use (hooks): established on
+ * first use as current_mark_lsn(), since the map has recorded every write
+ * since this process's postmaster created it; never 0 once returned.
+ * Otherwise (wal): set by the follower where it starts reading; 0 until then
+ * (the SQL functions wait for it).  Requires an attached map.
  */
 Lsn init_lsn() noexcept;
 

@@ -14,8 +14,17 @@ extern "C" {
 
 #include "core/shared_state.h"
 #include "persist/map_io.h"
+#include "persist/map_persistence.h"
 
 namespace ptrack::pg {
+
+/* Here, at the bottom of persist/, since every file of it may need it (map_persistence.h). */
+const SourcePersistence* persist_source = nullptr;
+
+void use_source_persistence(const SourcePersistence* source)
+{
+    persist_source = source;
+}
 
 uint32_t crc32c(const void* data, size_t len)
 {
@@ -105,27 +114,11 @@ void warn_save_failed(const char* what, const char* action, const char* file)
     save_warnings_suppressed = 0;
     save_warning_quiet_until = TimestampTzPlusMilliseconds(now, kSaveWarningIntervalMs);
     errno = saved_errno;
-    if (capture_source == CaptureSourceId::kWal)
-        ereport(WARNING,
-                (errcode_for_file_access(),
-                 errmsg("ptrack could not save %s: could not %s file \"%s\": %m", what, action, file),
-                 errdetail("Backups are not affected yet: the changes are tracked in memory, and the WAL since "
-                           "ptrack's last successful save is kept (replication slot \"ptrack_wal_follower\") so "
-                           "that tracking survives a restart; pg_wal grows until a save succeeds. The WAL "
-                           "follower retries with a growing pause.%s",
-                           repeated),
-                 errhint("Make the data directory and ptrack's files in it (ptrack.map*, ptrack.limits*, "
-                         "ptrack.sizes*) writable by the server's user, and free disk space.")));
-    else
-        ereport(WARNING,
-                (errcode_for_file_access(),
-                 errmsg("ptrack could not save %s: could not %s file \"%s\": %m", what, action, file),
-                 errdetail("Backups are not affected while the server runs: the changes are tracked in memory. "
-                           "If the server stops or crashes before a later checkpoint saves the map, ptrack will "
-                           "not trust the map at the next start and the next backup must be a full backup.%s",
-                           repeated),
-                 errhint("Make the data directory and ptrack's files in it (ptrack.map*, ptrack.sizes*) "
-                         "writable by the server's user, and free disk space; the next checkpoint retries.")));
+    /* What the failure means depends on the source (its detail and hint: map_persistence.h). */
+    ereport(WARNING, (errcode_for_file_access(),
+                      errmsg("ptrack could not save %s: could not %s file \"%s\": %m", what, action, file),
+                      errdetail("%s%s", persist_source->save_failure_detail, repeated),
+                      errhint("%s", persist_source->save_failure_hint)));
 }
 
 bool rename_for_save(const char* from, const char* to, const char* what)

@@ -4,9 +4,18 @@
  * saved by the process the capture source makes responsible (map_save.cpp).
  * The file format and the trust rules are in the engine (ptrack/map_file.h,
  * ptrack/map_delta.h); the file primitives in map_io.h.
+ *
+ * What differs between the capture sources reaches this folder through
+ * SourcePersistence, a part of each source's table of operations
+ * (capture/capture_source.h): persist/ sits below capture/ and never asks
+ * which source runs.
  */
 #ifndef PTRACK_PG_MAP_PERSISTENCE_H
 #define PTRACK_PG_MAP_PERSISTENCE_H
+
+extern "C" {
+#include "catalog/pg_control.h"
+}
 
 #include "core/shared_state.h"
 
@@ -19,6 +28,41 @@ struct SavePoint {
 };
 
 /*
+ * What the map's load and save need from the capture source that runs, one
+ * per source (the `persistence` entry of capture/capture_source.h's table),
+ * handed over once in _PG_init (use_source_persistence()).  The steps run in
+ * the postmaster, before any other process exists, and raise no ERROR.
+ */
+struct SourcePersistence {
+    CaptureSourceId id;              /* recorded in every saved map; a map saved by another source is not trusted */
+    const char* fresh_init_detail;   /* LOG detail of a start without a map file: where ptrack_init_lsn() comes from */
+    const char* save_failure_detail; /* what a failed save means for backups (warn_save_failed()) */
+    const char* save_failure_hint;   /* and what to check */
+    /* Before the map file is read: the source's part of the resume point (shared_state.h). */
+    void (*before_load)(const ControlFileData* control, SharedState* state);
+    /*
+     * A fresh map (cleared, the limit table too): sets state->init_lsn when
+     * it can be known now (0: established later), marking in `map` what a
+     * startup scan finds, and prepares the source's own fresh start
+     * (presized_redo_lsn, restored_scan_from, ...).  `control` may be nullptr
+     * (pg_control could not be verified).
+     */
+    void (*start_fresh)(const ControlFileData* control, SharedState* state, Map* map);
+    /*
+     * A map read from the files and trusted by the engine's rules: the
+     * source's own checks and steps before it is used (a WAL scan, a file
+     * the source needs with it).  nullptr, or why it cannot be trusted.
+     */
+    const char* (*continue_loaded)(const ControlFileData* control, const MapFileHeader& header, Map* map);
+};
+
+/* In _PG_init, once the source that runs is known: what load_map(), flush_map() and warn_save_failed() use. */
+void use_source_persistence(const SourcePersistence* source);
+
+/* The source handed over (defined in map_io.cpp); nullptr while tracking is off. */
+extern const SourcePersistence* persist_source;
+
+/*
  * In the postmaster, on a freshly created shared state: fills the map from
  * ptrack.map if it can be trusted, overwriting every byte of the region, and
  * sets init_lsn, loaded_covered_lsn and loaded_timeline from it.  Otherwise
@@ -28,6 +72,16 @@ struct SavePoint {
  * postmaster must start).
  */
 void load_map(SharedState* state, Map* map);
+
+/* At startup: backup_label is in the data directory (a restored base backup, or pg_rewind's label). */
+bool backup_label_present();
+
+/*
+ * The redo LSN of backup_label, if it names a base backup taken with
+ * pg_backup_start() ("BACKUP METHOD: streamed": pg_basebackup, pg_probackup;
+ * not pg_rewind's label), else 0.
+ */
+Lsn base_backup_redo_lsn();
 
 /* Removes ptrack.map and its delta and temporary files (ptrack.map_size = 0). */
 void remove_map_files();

@@ -96,7 +96,7 @@ void fill_header(const SavePoint& point, MapFileHeader* header)
                     (wal_level >= WAL_LEVEL_REPLICA ? kFlagWalLevelReplica : 0u);
     header->init_lsn = init_lsn();
     header->covered_lsn = point.covered_lsn;
-    header->source = capture_source;
+    header->source = persist_source->id;
     TimeLineID tli = 0;
     if (RecoveryInProgress())
         (void) GetXLogReplayRecPtr(&tli);
@@ -196,13 +196,13 @@ void allocate_buffers()
 /* The sequence lock's writer side (shared_state.h): one saving process. */
 void save_stats_begin(SaveStats* stats) noexcept
 {
-    __atomic_add_fetch(&stats->sequence, 1, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_RELEASE); /* the odd sequence is visible before any field changes */
+    (void) stats->sequence.add(1, Order::kRelaxed);
+    atomic_fence(Order::kRelease); /* the odd sequence is visible before any field changes */
 }
 
 void save_stats_end(SaveStats* stats) noexcept
 {
-    __atomic_add_fetch(&stats->sequence, 1, __ATOMIC_RELEASE);
+    (void) stats->sequence.add(1, Order::kRelease);
 }
 
 }  // namespace
@@ -212,12 +212,12 @@ void save_stats_record_success(Lsn covered_lsn, uint64_t bytes, uint64_t duratio
     SaveStats* stats = &shared->save_stats;
     const TimestampTz now = GetCurrentTimestamp();
     save_stats_begin(stats);
-    __atomic_store_n(&stats->saves, stats->saves + 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&stats->lsn, covered_lsn, __ATOMIC_RELAXED);
-    __atomic_store_n(&stats->time, now, __ATOMIC_RELAXED);
-    __atomic_store_n(&stats->bytes, bytes, __ATOMIC_RELAXED);
-    __atomic_store_n(&stats->duration_us, duration_us, __ATOMIC_RELAXED);
-    __atomic_store_n(&stats->full, uint64_t{full}, __ATOMIC_RELAXED);
+    stats->saves.store(stats->saves.load(Order::kRelaxed) + 1, Order::kRelaxed);
+    stats->lsn.store(covered_lsn, Order::kRelaxed);
+    stats->time.store(now, Order::kRelaxed);
+    stats->bytes.store(bytes, Order::kRelaxed);
+    stats->duration_us.store(duration_us, Order::kRelaxed);
+    stats->full.store(uint64_t{full}, Order::kRelaxed);
     save_stats_end(stats);
 }
 
@@ -225,31 +225,29 @@ void save_stats_record_failure() noexcept
 {
     SaveStats* stats = &shared->save_stats;
     save_stats_begin(stats);
-    __atomic_store_n(&stats->failures, stats->failures + 1, __ATOMIC_RELAXED);
+    stats->failures.store(stats->failures.load(Order::kRelaxed) + 1, Order::kRelaxed);
     save_stats_end(stats);
 }
 
-void save_stats_read(SaveStats* out) noexcept
+void save_stats_read(SaveRecord* out) noexcept
 {
     const SaveStats* stats = &shared->save_stats;
     for (;;) {
-        const uint64_t before = __atomic_load_n(&stats->sequence, __ATOMIC_ACQUIRE);
+        const uint64_t before = stats->sequence.load(Order::kAcquire);
         if ((before & 1) != 0) {
             pg_spin_delay();
             continue;
         }
-        out->saves = __atomic_load_n(&stats->saves, __ATOMIC_RELAXED);
-        out->failures = __atomic_load_n(&stats->failures, __ATOMIC_RELAXED);
-        out->lsn = __atomic_load_n(&stats->lsn, __ATOMIC_RELAXED);
-        out->time = __atomic_load_n(&stats->time, __ATOMIC_RELAXED);
-        out->bytes = __atomic_load_n(&stats->bytes, __ATOMIC_RELAXED);
-        out->duration_us = __atomic_load_n(&stats->duration_us, __ATOMIC_RELAXED);
-        out->full = __atomic_load_n(&stats->full, __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the copies are done before the sequence is read again */
-        if (__atomic_load_n(&stats->sequence, __ATOMIC_RELAXED) == before) {
-            out->sequence = before;
+        out->saves = stats->saves.load(Order::kRelaxed);
+        out->failures = stats->failures.load(Order::kRelaxed);
+        out->lsn = stats->lsn.load(Order::kRelaxed);
+        out->time = stats->time.load(Order::kRelaxed);
+        out->bytes = stats->bytes.load(Order::kRelaxed);
+        out->duration_us = stats->duration_us.load(Order::kRelaxed);
+        out->full = stats->full.load(Order::kRelaxed) != 0;
+        atomic_fence(Order::kAcquire); /* the copies are done before the sequence is read again */
+        if (stats->sequence.load(Order::kRelaxed) == before)
             return;
-        }
     }
 }
 

@@ -8,7 +8,7 @@ extern "C" {
 }
 
 #include "core/boundary.h"
-#include "capture/wal/capture_wal.h"
+#include "capture/capture_source.h"
 #include "sql/pagemap_scan.h"
 #include "ptrack/pagemap.h"
 #include "core/shared_state.h"
@@ -46,7 +46,7 @@ Lsn checked_start_lsn(FunctionCallInfo fcinfo)
                         errhint("Pass the start LSN of the previous backup.")));
     const Lsn start = PG_GETARG_LSN(0);
     /* WAL capture: answer only once the follower has applied the WAL written before this call. */
-    wait_for_follower();
+    running_source().wait_until_fresh();
     const Lsn init = init_lsn();
     if (start < init)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -33,7 +33,7 @@ PG_FUNCTION_INFO_V1(ptrack_get_change_stat);
 }
 
 #include "core/boundary.h"
-#include "capture/wal/capture_wal.h"
+#include "capture/capture_source.h"
 #include "core/datadir_walk.h"
 #include "sql/pagemap_scan.h"
 #include "ptrack/pagemap.h"
@@ -92,7 +92,7 @@ extern "C" PGDLLEXPORT Datum ptrack_version(PG_FUNCTION_ARGS)
 extern "C" PGDLLEXPORT Datum ptrack_init_lsn(PG_FUNCTION_ARGS)
 {
     require_tracking();
-    wait_for_follower();
+    running_source().wait_until_fresh();
     PG_RETURN_LSN(init_lsn());
 }
 

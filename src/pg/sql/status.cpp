@@ -45,7 +45,8 @@ namespace ptrack::pg {
 
 namespace {
 
-PTRACK_ENGINE_NOEXCEPT(&Map::slots, &load_lsn, &capture_source_name);
+PTRACK_ENGINE_NOEXCEPT(&Map::slots, &load_lsn);
+PTRACK_FRAME_SAFE(SourceStatus);
 
 /* At most this many 64-byte lines are read to estimate the fill: 4 MB, 524288 slots. */
 constexpr uint64_t kFillSampleLines = 65536;
@@ -72,28 +73,6 @@ double sampled_fill()
             used += load_lsn(&slots[line * kSlotsPerLine + k]) != 0;
     }
     return static_cast<double>(used) / static_cast<double>(sample * kSlotsPerLine);
-}
-
-/*
- * With the map attached and the wal source: why the WAL follower cannot
- * start (it keeps retrying), written into `buf`; nullptr if nothing stops it.
- */
-const char* follower_not_running(char* buf, size_t len)
-{
-    if (capture_source != CaptureSourceId::kWal)
-        return nullptr;
-    FollowerStartError& e = shared->follower_start_error;
-    char message[sizeof(e.message)];
-    SpinLockAcquire(&e.mutex);
-    const TimestampTz since = e.time;
-    memcpy(message, e.message, sizeof(message));
-    SpinLockRelease(&e.mutex);
-    if (since == 0)
-        return nullptr;
-    message[sizeof(message) - 1] = '\0';
-    snprintf(buf, len, "the WAL follower cannot start (retrying; last error at %s): %s", timestamptz_to_str(since),
-             message);
-    return buf;
 }
 
 /* Why tracking is off, or nullptr when it is on; written into `buf`. */
@@ -161,7 +140,7 @@ enum StatusColumn {
 }  // namespace ptrack::pg
 
 using namespace ptrack::pg;
-using ptrack::CaptureSourceId;
+using ptrack::Order;
 
 extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
 {
@@ -189,7 +168,7 @@ extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
         warn_tracking_off(reason);
 
     nulls[kCapture] = false;
-    values[kCapture] = CStringGetTextDatum(reason != nullptr ? "off" : capture_source_name(capture_source));
+    values[kCapture] = CStringGetTextDatum(reason != nullptr ? "off" : running_source().name);
     nulls[kMapSize] = false;
     values[kMapSize] = Int64GetDatum(reason != nullptr ? 0 : static_cast<int64>(map_size_mb) * 1024 * 1024);
     nulls[kRestarts] = false;
@@ -204,8 +183,9 @@ extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
         PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
     }
     /* Tracking is on but does not run: the WAL follower cannot start (capture stays "wal"). */
+    const CaptureSourceOps& source = running_source();
     char follower_buf[sizeof(reason_buf) + 128];
-    if (const char* not_running = follower_not_running(follower_buf, sizeof(follower_buf))) {
+    if (const char* not_running = source.not_running(follower_buf, sizeof(follower_buf))) {
         nulls[kOffReason] = false;
         values[kOffReason] = CStringGetTextDatum(not_running);
     }
@@ -217,13 +197,13 @@ extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
     nulls[kFalsePositiveRate] = false;
     values[kFalsePositiveRate] = Float8GetDatum(fill * fill);
 
-    const uint64_t init = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
+    const uint64_t init = shared->init_lsn.load(Order::kAcquire);
     if (init != 0) {
         nulls[kInitLsn] = false;
         values[kInitLsn] = LSNGetDatum(init);
     }
 
-    SaveStats saves;
+    SaveRecord saves;
     save_stats_read(&saves);
     values[kSaves] = Int64GetDatum(static_cast<int64>(saves.saves));
     values[kFailedSaves] = Int64GetDatum(static_cast<int64>(saves.failures));
@@ -234,45 +214,33 @@ extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
         values[kLastSaveTime] = TimestampTzGetDatum(saves.time);
         values[kLastSaveBytes] = Int64GetDatum(static_cast<int64>(saves.bytes));
         values[kLastSaveMs] = Float8GetDatum(static_cast<double>(saves.duration_us) / 1000.0);
-        values[kLastSaveFull] = BoolGetDatum(saves.full != 0);
+        values[kLastSaveFull] = BoolGetDatum(saves.full);
     }
 
-    if (capture_source == CaptureSourceId::kWal) {
-        const FollowerProgress& f = shared->follower;
-        const int32_t pid = __atomic_load_n(&f.pid, __ATOMIC_ACQUIRE);
-        if (pid != 0) {
+    SourceStatus own{};
+    if (source.status(&own)) {
+        if (own.follower_pid != 0) {
             nulls[kFollowerPid] = false;
-            values[kFollowerPid] = Int32GetDatum(pid);
+            values[kFollowerPid] = Int32GetDatum(own.follower_pid);
         }
         nulls[kFollowerSlotReleases] = false;
-        values[kFollowerSlotReleases] =
-            Int64GetDatum(static_cast<int64>(__atomic_load_n(&f.slot_releases, __ATOMIC_ACQUIRE)));
-        const uint32_t tli = __atomic_load_n(&f.timeline, __ATOMIC_ACQUIRE);
-        if (tli != 0) {
+        values[kFollowerSlotReleases] = Int64GetDatum(static_cast<int64>(own.slot_releases));
+        if (own.follower_timeline != 0) {
             nulls[kFollowerTimeline] = false;
-            values[kFollowerTimeline] = Int32GetDatum(static_cast<int32>(tli));
+            values[kFollowerTimeline] = Int32GetDatum(static_cast<int32>(own.follower_timeline));
         }
-        /* The position the follower aims at first, then where it is: the lag is never negative. */
-        const ptrack::Lsn target = RecoveryInProgress() ? GetXLogReplayRecPtr(NULL) : GetFlushRecPtr(NULL);
-        const ptrack::Lsn applied = __atomic_load_n(&f.applied_lsn, __ATOMIC_ACQUIRE);
-        const TimestampTz caught_up = __atomic_load_n(&f.caught_up_time, __ATOMIC_ACQUIRE);
-        if (applied != 0) {
-            const uint64_t lag = target > applied ? target - applied : 0;
+        if (own.follower_lsn != 0) {
             nulls[kFollowerLsn] = nulls[kFollowerLagBytes] = false;
-            values[kFollowerLsn] = LSNGetDatum(applied);
-            values[kFollowerLagBytes] = Int64GetDatum(static_cast<int64>(lag));
-            if (lag == 0 || caught_up != 0) {
-                /* WAL still to apply was written after the follower last had applied everything. */
-                const TimestampTz now = GetCurrentTimestamp();
-                const double seconds =
-                    lag == 0 || now <= caught_up ? 0.0 : static_cast<double>(now - caught_up) / USECS_PER_SEC;
-                nulls[kFollowerLagSeconds] = false;
-                values[kFollowerLagSeconds] = Float8GetDatum(seconds);
-            }
+            values[kFollowerLsn] = LSNGetDatum(own.follower_lsn);
+            values[kFollowerLagBytes] = Int64GetDatum(static_cast<int64>(own.follower_lag_bytes));
+        }
+        if (own.have_lag_seconds) {
+            nulls[kFollowerLagSeconds] = false;
+            values[kFollowerLagSeconds] = Float8GetDatum(own.follower_lag_seconds);
         }
     }
 
-    values[kRestarts] = Int64GetDatum(static_cast<int64>(__atomic_load_n(&shared->restart_count, __ATOMIC_ACQUIRE)));
+    values[kRestarts] = Int64GetDatum(static_cast<int64>(shared->restart_count.load(Order::kAcquire)));
     RestartInfo& last = shared->last_restart;
     char restart_reason[sizeof(last.reason)];
     SpinLockAcquire(&last.mutex);

@@ -63,7 +63,6 @@ PG_FUNCTION_INFO_V1(ptrack_verify);
 #include "core/boundary.h"
 #include "capture/capture.h"
 #include "capture/capture_source.h"
-#include "capture/wal/capture_wal.h"
 #include "core/datadir_walk.h"
 #include "sql/pagemap_scan.h"
 #include "core/shared_state.h"
@@ -224,20 +223,16 @@ void emit_miss(VerifyState* st, const char* path, uint32_t block, Lsn lsn)
  */
 void wait_for_candidate_marks(VerifyState* st, long pause)
 {
-    if (capture_source == CaptureSourceId::kWal) {
-        /*
-         * A bulk writer's page may be on disk before its WAL is flushed:
-         * wait_for_follower() flushes up to the insert position (primary),
-         * which is past every candidate's LSN, and waits until the follower
-         * has applied it.
-         */
-        if (pause > kRecheckPausesMs[0])
-            pause_ms(pause);
-        wait_for_follower();
-    } else {
+    /*
+     * wal: a bulk writer's page may be on disk before its WAL is flushed:
+     * the wait flushes up to the insert position (primary), which is past
+     * every candidate's LSN, and waits until the follower has applied it, so
+     * the first round needs no pause.  hooks: the marks in progress end.
+     */
+    const CaptureSourceOps& source = running_source();
+    if (source.verify_pauses_first || pause > kRecheckPausesMs[0])
         pause_ms(pause);
-        wait_for_marks_in_progress();
-    }
+    source.wait_for_marks();
 }
 
 /*

@@ -36,6 +36,7 @@ extern "C" {
 #include "capture/capture.h"
 #include "capture/file_growth.h"
 #include "capture/capture_source.h"
+#include "capture/hooks/hooks_load.h"
 #include "compat/compat.h"
 #include "persist/map_persistence.h"
 #include "core/shared_state.h"
@@ -135,26 +136,34 @@ void ptrack_process_sync_requests()
     /*
      * Every write before this checkpoint's redo LSN is marked by now, and
      * crash recovery starts at or after it: the map is complete up to it.
-     * The bypass journal is set aside first: each of its entries was
-     * appended after its blocks were marked, so the save covers them.
      */
-    if (server_hooks.mdimmedsync != nullptr)
-        bypass_journal_rotate();
-    /* The sizes before the map: a saved map is never ahead of them (file_growth.h). */
-    if (!growth_prepare_hooks_save(GetRedoRecPtr(), shared->loaded_covered_lsn)) {
-        save_stats_record_failure();
-        return;
-    }
-    if (!flush_map(hooks_save_point()))
-        return;
-    growth_commit_save();
-    if (server_hooks.mdimmedsync != nullptr)
-        bypass_journal_retire();
+    (void) save_map(kHooksSource);
 }
 
-}  // namespace
+/*
+ * The hooks' steps of save_map() (capture_source.h).  The bypass journal is
+ * set aside first: each of its entries was appended after its blocks were
+ * marked, so the save covers them, and it is retired once the save is done.
+ */
+void hooks_save_prepare()
+{
+    if (server_hooks.mdimmedsync != nullptr)
+        bypass_journal_rotate();
+}
 
-SavePoint hooks_save_point() noexcept
+Lsn hooks_save_covered_lsn()
+{
+    return GetRedoRecPtr();
+}
+
+/* The first walk takes the sizes saved with the map loaded at startup as its previous one (file_growth.h). */
+bool hooks_save_sizes(Lsn covered)
+{
+    return growth_prepare_hooks_save(covered, shared->loaded_covered_lsn);
+}
+
+/* In the checkpointer at the end of a sync phase; waits for the marks in progress (capture.h). */
+SavePoint hooks_save_point(Lsn covered)
 {
     SavePoint point;
     /*
@@ -164,9 +173,19 @@ SavePoint hooks_save_point() noexcept
      */
     point.next_threshold = current_mark_lsn();
     wait_for_marks_in_progress();
-    point.covered_lsn = GetRedoRecPtr();
+    point.covered_lsn = covered;
     return point;
 }
+
+void hooks_save_done(Lsn)
+{
+    if (server_hooks.mdimmedsync != nullptr)
+        bypass_journal_retire();
+}
+
+void install_capture_hooks();
+
+}  // namespace
 
 bool hooks_available()
 {
@@ -174,6 +193,8 @@ bool hooks_available()
     return server_hooks.mdextend != nullptr && server_hooks.mdwrite != nullptr && server_hooks.copydir != nullptr &&
            server_hooks.process_sync_requests != nullptr;
 }
+
+namespace {
 
 void install_capture_hooks()
 {
@@ -196,5 +217,32 @@ void install_capture_hooks()
                       errhint("Build the server with the core patch of this ptrack version (patches/pg%u-ptrack-hooks.patch).", kServerMajor)));
     }
 }
+
+}  // namespace
+
+const CaptureSourceOps kHooksSource = {
+    "hooks",
+    {CaptureSourceId::kHooks, "ptrack_init_lsn() is set when tracking is first used.",
+     "Backups are not affected while the server runs: the changes are tracked in memory. If the server stops or "
+     "crashes before a later checkpoint saves the map, ptrack will not trust the map at the next start and the "
+     "next backup must be a full backup.",
+     "Make the data directory and ptrack's files in it (ptrack.map*, ptrack.sizes*) writable by the server's "
+     "user, and free disk space; the next checkpoint retries.",
+     [](const ControlFileData*, SharedState*) {}, hooks_start_fresh, hooks_continue_loaded},
+    true,
+    install_capture_hooks,
+    "this server captures changes with the hooks, not from the WAL",
+    hooks_save_prepare,
+    hooks_save_covered_lsn,
+    hooks_save_sizes,
+    false,
+    hooks_save_point,
+    hooks_save_done,
+    [] {},
+    wait_for_marks_in_progress,
+    true,
+    [](char*, size_t) -> const char* { return nullptr; },
+    [](SourceStatus*) { return false; },
+};
 
 }  // namespace ptrack::pg

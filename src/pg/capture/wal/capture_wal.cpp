@@ -23,9 +23,9 @@
  * A fresh map starts where the follower starts reading (the slot's position:
  * at worst the latest checkpoint's redo LSN), so ptrack_init_lsn() is that
  * position, no later than the start of any backup taken afterwards
- * (map_load.cpp adds a floor after a clean shutdown), nor earlier than the
+ * (wal_load.cpp adds a floor after a clean shutdown), nor earlier than the
  * baseline of file sizes it marks growth from: a walk when it starts, or,
- * in a data directory restored from a base backup, the sizes map_load.cpp
+ * in a data directory restored from a base backup, the sizes wal_load.cpp
  * recorded before recovery, which make the map complete from the backup's
  * redo LSN (a FULL backup on a fresh standby is then a valid parent).
  * There the follower reads the WAL from that redo LSN even when its slot
@@ -87,6 +87,7 @@ extern "C" {
 #include "capture/capture.h"
 #include "capture/capture_source.h"
 #include "capture/wal/capture_wal.h"
+#include "capture/wal/wal_load.h"
 #include "capture/file_growth.h"
 #include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
@@ -167,9 +168,9 @@ struct Follower {
 PTRACK_FRAME_SAFE(Follower, SavePoint);
 Follower follower;
 
-void publish(uint64_t* field, Lsn lsn)
+void publish(Atomic<uint64_t>* field, Lsn lsn)
 {
-    __atomic_store_n(field, lsn, __ATOMIC_RELEASE);
+    field->store(lsn, Order::kRelease);
 }
 
 /* --- the replication slot ---------------------------------------------------- */
@@ -239,14 +240,7 @@ TimeLineID current_timeline()
 /* --- saves ------------------------------------------------------------------ */
 
 /*
- * Saves the map complete up to follower.next, with the file sizes its marks
- * were made from (file_growth.h): first a walk, so the map holds the marks
- * of every extension seen; the sizes file is prepared before the map and
- * promoted after it.  If the sizes cannot be written, the previous save
- * stays in force (and the slot keeps its WAL).
- */
-/*
- * The preparation map_load.cpp made before recovery (shared_state.h) has
+ * The preparation wal_load.cpp made before recovery (shared_state.h) has
  * served: a save now covers the fresh start it made (a restarted follower
  * resumes from the save), or tracking restarted after a read error.
  */
@@ -258,37 +252,56 @@ void forget_restored_start()
     shared->resume_at_scan_end = false;
 }
 
-void save_map()
+/*
+ * The follower's steps of save_map() (capture_source.h): the map complete
+ * up to follower.next, with the file sizes its marks were made from
+ * (file_growth.h): first a walk, so the map holds the marks of every
+ * extension seen.  If the sizes or the limits cannot be written, the
+ * previous save stays in force (and the slot keeps its WAL).
+ */
+void wal_save_prepare()
 {
-    /* A save now would claim the record ending at follower.next, not read yet (apply_available()). */
-    if (follower.read_record_ending_at_next)
-        return;
     (void) growth_walk(false);
-    const SavePoint point{follower.next, follower.next};
-    /* Sizes and limits before the map: a saved map is never ahead of either (file_growth.h, limit_file_io.h). */
-    const bool files_saved = growth_prepare_save(point.covered_lsn) && save_limits(point.covered_lsn);
-    if (!files_saved)
-        save_stats_record_failure(); /* flush_map() counts its own */
-    if (!files_saved || !flush_map(point)) {
-        /*
-         * Retry, but not on every loop (20 a second when idle): a full disk
-         * or a wrong permission does not go away by itself.  1 s, doubling
-         * up to a minute; the WARNINGs are rate-limited too (map_io.h).
-         */
-        follower.save_backoff_s = follower.save_backoff_s == 0 ? 1 : Min(follower.save_backoff_s * 2, 60);
-        follower.save_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), follower.save_backoff_s * 1000L);
-        return;
-    }
+}
+
+Lsn wal_save_covered_lsn()
+{
+    return follower.next;
+}
+
+SavePoint wal_save_point(Lsn covered)
+{
+    /* Every mark from now on carries the end of a record after `covered`. */
+    return SavePoint{covered, covered};
+}
+
+void wal_save_done(Lsn covered)
+{
     follower.save_backoff_s = 0;
-    growth_commit_save();
     forget_restored_start();
-    follower.saved = follower.next;
+    follower.saved = covered;
     follower.save_due = false;
     /* A follower that restarts (its process only) resumes from this save. */
     shared->loaded_covered_lsn = follower.saved;
     shared->loaded_timeline = current_timeline();
     publish(&shared->follower.saved_lsn, follower.saved);
     advance_slot(follower.saved);
+}
+
+void save_now()
+{
+    /* A save now would claim the record ending at follower.next, not read yet (apply_available()). */
+    if (follower.read_record_ending_at_next)
+        return;
+    if (save_map(kWalSource))
+        return;
+    /*
+     * Retry, but not on every loop (20 a second when idle): a full disk
+     * or a wrong permission does not go away by itself.  1 s, doubling
+     * up to a minute; the WARNINGs are rate-limited too (map_io.h).
+     */
+    follower.save_backoff_s = follower.save_backoff_s == 0 ? 1 : Min(follower.save_backoff_s * 2, 60);
+    follower.save_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), follower.save_backoff_s * 1000L);
 }
 
 /* --- where to start ---------------------------------------------------------- */
@@ -360,7 +373,7 @@ void establish_start()
 {
     acquire_slot();
     Lsn restart = slot_restart_lsn();
-    const Lsn init = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
+    const Lsn init = shared->init_lsn.load(Order::kAcquire);
     const Lsn covered = shared->loaded_covered_lsn;
     const char* restart_reason = nullptr;
     if (init != 0 && covered != 0) {
@@ -391,7 +404,7 @@ void establish_start()
         restart = reserve_wal();
     /*
      * A restored primary's WAL was read before recovery up to the scan's end
-     * (map_load.cpp); read on from there.  That WAL is in the segment of the
+     * (wal_load.cpp); read on from there.  That WAL is in the segment of the
      * end-of-recovery checkpoint or just before it: if it is gone after all,
      * reading fails and tracking restarts, never silently.
      */
@@ -418,7 +431,7 @@ void establish_start()
  * A fresh map, read from `start` on: extensions are seen from a baseline of
  * sizes on, so ptrack_init_lsn() is no earlier than the LSN of that baseline
  * (the LSN read after a walk, or the redo LSN the sizes recorded before
- * recovery belong to), nor than `floor` (map_load.cpp; UINT64_MAX: unknown,
+ * recovery belong to), nor than `floor` (wal_load.cpp; UINT64_MAX: unknown,
  * take the baseline's LSN).  `with_record_ending_at_start`: reading begins
  * with the record that ends exactly at `start`, if any (apply_available()),
  * so `start` itself is proven.
@@ -426,7 +439,7 @@ void establish_start()
 void start_fresh(Lsn start, Lsn floor, bool with_record_ending_at_start)
 {
     /*
-     * What map_load.cpp prepared before recovery serves the first fresh
+     * What wal_load.cpp prepared before recovery serves the first fresh
      * start: the sizes, if no WAL between them and `start` goes unread
      * (reading starts before them, or the scan read up to `start`); the
      * scan's range, if reading goes on from its end.  It stays until that
@@ -462,9 +475,8 @@ void start_fresh(Lsn start, Lsn floor, bool with_record_ending_at_start)
     follower.started = true;
     follower.save_due = true; /* a first save makes the fresh map resumable */
     uint64_t expected = 0;
-    if (!__atomic_compare_exchange_n(&shared->init_lsn, &expected, fresh_init, false, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE))
-        atomic_max_lsn(&shared->init_lsn, fresh_init); /* a restart already moved it */
+    if (!shared->init_lsn.compare_exchange(&expected, fresh_init))
+        shared->init_lsn.store_max(fresh_init); /* a restart already moved it */
     ereport(LOG, (errmsg("ptrack WAL follower starts a fresh map at %X/%X; ptrack_init_lsn() is %X/%X",
                          PTRACK_LSN_ARGS(start), PTRACK_LSN_ARGS(init_lsn()))));
 }
@@ -513,9 +525,9 @@ bool is_checkpoint_record(XLogReaderState* reader)
  */
 void publish_caught_up(TimeLineID tli)
 {
-    __atomic_store_n(&shared->follower.caught_up_time, static_cast<int64_t>(GetCurrentTimestamp()), __ATOMIC_RELEASE);
+    shared->follower.caught_up_time.store(static_cast<int64_t>(GetCurrentTimestamp()), Order::kRelease);
     if (tli != 0)
-        __atomic_store_n(&shared->follower.timeline, static_cast<uint32_t>(tli), __ATOMIC_RELEASE);
+        shared->follower.timeline.store(static_cast<uint32_t>(tli), Order::kRelease);
 }
 
 /*
@@ -655,7 +667,7 @@ void note_slot_release()
     const WALAvailability availability = GetWALAvailability(restart);
     if (availability != WALAVAIL_UNRESERVED && availability != WALAVAIL_REMOVED)
         return;
-    __atomic_add_fetch(&shared->follower.slot_releases, 1, __ATOMIC_ACQ_REL);
+    (void) shared->follower.slot_releases.add(1, Order::kAcqRel);
     ereport(LOG, (errmsg("ptrack WAL follower stops to release its replication slot \"%s\", which keeps more WAL "
                          "than max_slot_wal_keep_size (%d MB) allows",
                          kFollowerSlotName, max_slot_wal_keep_size_mb),
@@ -681,7 +693,7 @@ void exit_follower()
         exit_save_tried = true;
         note_slot_release();
         if (follower.started && follower.next > follower.saved)
-            save_map();
+            save_now();
     }
     if (MyReplicationSlot != NULL)
         ReplicationSlotRelease();
@@ -781,13 +793,13 @@ void follow()
         follower.reading = true;
         const int applied = apply_available(1000);
         follower.reading = false;
-        const uint64_t requested = __atomic_load_n(&shared->follower.walk_requested, __ATOMIC_ACQUIRE);
-        if (requested != __atomic_load_n(&shared->follower.walk_done, __ATOMIC_ACQUIRE)) {
+        const uint64_t requested = shared->follower.walk_requested.load(Order::kAcquire);
+        if (requested != shared->follower.walk_done.load(Order::kAcquire)) {
             (void) growth_walk(false);
             publish(&shared->follower.walk_done, requested);
         }
         if (follower.save_due && (follower.save_backoff_s == 0 || GetCurrentTimestamp() >= follower.save_retry_at))
-            save_map();
+            save_now();
         if (applied == 0)
             sleep_until_woken();
         else
@@ -887,21 +899,33 @@ Lsn freshness_target()
     return end;
 }
 
+namespace {
+
+/*
+ * The reason the follower cannot start (FollowerStartError), copied under
+ * its spinlock into `message` and `hint` (sizeof the fields): the time of
+ * that ERROR, 0 if none (both left unset then).
+ */
+TimestampTz read_start_error(char* message, char* hint)
+{
+    FollowerStartError& e = shared->follower_start_error;
+    SpinLockAcquire(&e.mutex);
+    const TimestampTz since = e.time;
+    memcpy(message, e.message, sizeof(e.message));
+    memcpy(hint, e.hint, sizeof(e.hint));
+    SpinLockRelease(&e.mutex);
+    message[sizeof(e.message) - 1] = '\0';
+    hint[sizeof(e.hint) - 1] = '\0';
+    return since;
+}
+
 /* If the follower is failing to start: an ERROR saying why, with its hint (the follower keeps retrying). */
 void fail_if_follower_cannot_start()
 {
-    FollowerStartError& e = shared->follower_start_error;
-    char message[sizeof(e.message)];
-    char hint[sizeof(e.hint)];
-    SpinLockAcquire(&e.mutex);
-    const TimestampTz since = e.time;
-    memcpy(message, e.message, sizeof(message));
-    memcpy(hint, e.hint, sizeof(hint));
-    SpinLockRelease(&e.mutex);
-    if (since == 0)
+    char message[sizeof(FollowerStartError::message)];
+    char hint[sizeof(FollowerStartError::hint)];
+    if (read_start_error(message, hint) == 0)
         return;
-    message[sizeof(message) - 1] = '\0';
-    hint[sizeof(hint) - 1] = '\0';
     /* The follower's own hint names the fix (ReplicationSlotCreate(): "Free one or increase max_replication_slots."). */
     ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                     errmsg("ptrack's WAL follower cannot start: %s", message),
@@ -912,22 +936,62 @@ void fail_if_follower_cannot_start()
                                               "log.")));
 }
 
+/* ptrack_status(): why the follower cannot start (it keeps retrying), in `buf`; nullptr if nothing stops it. */
+const char* wal_not_running(char* buf, size_t len)
+{
+    char message[sizeof(FollowerStartError::message)];
+    char hint[sizeof(FollowerStartError::hint)];
+    const TimestampTz since = read_start_error(message, hint);
+    if (since == 0)
+        return nullptr;
+    snprintf(buf, len, "the WAL follower cannot start (retrying; last error at %s): %s", timestamptz_to_str(since),
+             message);
+    return buf;
+}
+
+/* ptrack_status(): the follower's columns, from FollowerProgress (never waits for it). */
+bool wal_status(SourceStatus* out)
+{
+    const FollowerProgress& f = shared->follower;
+    out->follower_pid = f.pid.load(Order::kAcquire);
+    out->slot_releases = f.slot_releases.load(Order::kAcquire);
+    out->follower_timeline = f.timeline.load(Order::kAcquire);
+    /* The position the follower aims at first, then where it is: the lag is never negative. */
+    const Lsn target = RecoveryInProgress() ? GetXLogReplayRecPtr(NULL) : GetFlushRecPtr(NULL);
+    const Lsn applied = f.applied_lsn.load(Order::kAcquire);
+    const TimestampTz caught_up = f.caught_up_time.load(Order::kAcquire);
+    out->follower_lsn = applied;
+    out->have_lag_seconds = false;
+    if (applied != 0) {
+        const uint64_t lag = target > applied ? target - applied : 0;
+        out->follower_lag_bytes = lag;
+        if (lag == 0 || caught_up != 0) {
+            /* WAL still to apply was written after the follower last had applied everything. */
+            const TimestampTz now = GetCurrentTimestamp();
+            out->have_lag_seconds = true;
+            out->follower_lag_seconds =
+                lag == 0 || now <= caught_up ? 0.0 : static_cast<double>(now - caught_up) / USECS_PER_SEC;
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
 void wait_for_follower()
 {
-    if (capture_source != CaptureSourceId::kWal)
-        return;
     fail_if_follower_cannot_start();
     const Lsn target = freshness_target();
     /* A size walk that starts after this point sees every extension made before the call. */
-    const uint64_t walk = __atomic_add_fetch(&shared->follower.walk_requested, 1, __ATOMIC_ACQ_REL);
+    const uint64_t walk = shared->follower.walk_requested.add(1, Order::kAcqRel);
     const TimestampTz start = GetCurrentTimestamp();
     for (;;) {
-        const Lsn applied = __atomic_load_n(&shared->follower.applied_lsn, __ATOMIC_ACQUIRE);
-        const Lsn init = __atomic_load_n(&shared->init_lsn, __ATOMIC_ACQUIRE);
-        const uint64_t walked = __atomic_load_n(&shared->follower.walk_done, __ATOMIC_ACQUIRE);
+        const Lsn applied = shared->follower.applied_lsn.load(Order::kAcquire);
+        const Lsn init = shared->init_lsn.load(Order::kAcquire);
+        const uint64_t walked = shared->follower.walk_done.load(Order::kAcquire);
         if (init != 0 && applied >= target && walked >= walk)
             return;
-        if (void* latch = __atomic_load_n(&shared->follower.latch, __ATOMIC_ACQUIRE))
+        if (void* latch = shared->follower.latch.load(Order::kAcquire))
             SetLatch(static_cast<Latch*>(latch));
         /* A follower (a restarted one too) that fails to start meanwhile: say so now, not after the timeout. */
         fail_if_follower_cannot_start();
@@ -948,16 +1012,42 @@ void wait_for_follower()
     }
 }
 
+const CaptureSourceOps kWalSource = {
+    "wal",
+    {CaptureSourceId::kWal, "ptrack_init_lsn() is set where the WAL follower starts reading.",
+     "Backups are not affected yet: the changes are tracked in memory, and the WAL since ptrack's last successful "
+     "save is kept (replication slot \"ptrack_wal_follower\") so that tracking survives a restart; pg_wal grows "
+     "until a save succeeds. The WAL follower retries with a growing pause.",
+     "Make the data directory and ptrack's files in it (ptrack.map*, ptrack.limits*, ptrack.sizes*) writable by "
+     "the server's user, and free disk space.",
+     wal_before_load, wal_start_fresh, wal_continue_loaded},
+    false,
+    register_wal_follower,
+    nullptr,
+    wal_save_prepare,
+    wal_save_covered_lsn,
+    [](Lsn covered) { return growth_prepare_save(covered); },
+    true,
+    wal_save_point,
+    wal_save_done,
+    wait_for_follower,
+    wait_for_follower,
+    false,
+    wal_not_running,
+    wal_status,
+};
+
 }  // namespace ptrack::pg
 
 using namespace ptrack::pg;
+using ptrack::Order;
 
 /* ptrack_status() shows no follower PID once it has exited, however it exits; nobody sets its latch. */
 static void clear_follower_pid(int, Datum)
 {
-    __atomic_store_n(&shared->follower.pid, 0, __ATOMIC_RELEASE);
+    shared->follower.pid.store(0, Order::kRelease);
     /* The latch is in this process's PGPROC, which another process gets next: waiters must not set it. */
-    __atomic_store_n(&shared->follower.latch, static_cast<void*>(nullptr), __ATOMIC_RELEASE);
+    shared->follower.latch.store(nullptr, Order::kRelease);
 }
 
 void ptrack_wal_follower_main(Datum)
@@ -972,8 +1062,8 @@ void ptrack_wal_follower_main(Datum)
     growth_create();
     follower.next = InvalidXLogRecPtr;
     publish(&shared->follower.applied_lsn, 0);
-    __atomic_store_n(&shared->follower.latch, static_cast<void*>(MyLatch), __ATOMIC_RELEASE);
-    __atomic_store_n(&shared->follower.pid, static_cast<int32_t>(MyProcPid), __ATOMIC_RELEASE);
+    shared->follower.latch.store(static_cast<void*>(MyLatch), Order::kRelease);
+    shared->follower.pid.store(static_cast<int32_t>(MyProcPid), Order::kRelease);
     before_shmem_exit(clear_follower_pid, 0);
     follow();
 }

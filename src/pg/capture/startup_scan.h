@@ -1,8 +1,12 @@
 /*
- * startup_scan.h -- the hooks source's startup scan: before recovery starts,
- * the postmaster reads the WAL left in pg_wal from the point up to which the
- * loaded map is complete, and marks everything those records changed
- * (docs/design.md section 4.6).
+ * startup_scan.h -- the startup scan: before recovery starts, the postmaster
+ * reads the WAL left in pg_wal from the point up to which the loaded map is
+ * complete, and marks everything those records changed (docs/design.md
+ * section 4.6).  The hooks source scans after its loaded map's covered LSN
+ * and to find a fresh map's start (capture/hooks/hooks_load.cpp); the wal
+ * source scans a restored backup's WAL before recovery
+ * (capture/wal/wal_load.cpp), so the
+ * scan sits in capture/ itself, beneath both.
  *
  * Why: a saved map holds the hooks' marks made before the save; marks made
  * after it live in memory and a crash loses them.  Recovery re-marks the
@@ -63,6 +67,16 @@ const char* scan_wal_at_startup(const ControlFileData& control, Lsn from, TimeLi
  * it could not be, completing "... because ...".  Raises no ERROR.
  */
 const char* mark_record_ending_at(const ControlFileData& control, Lsn lsn, TimeLineID timeline, Map* map);
+
+/*
+ * The first LSN from which a scan that read the WAL from its start proves
+ * every change: `redo`, unless a record ending exactly there may have been
+ * left unread (pagemapset(redo) must list it), then one byte past it.
+ */
+Lsn scanned_from(const StartupScan& scan, Lsn redo, uint32_t segment_bytes);
+
+/* Logs what a startup scan did, `what` completing the message ("since the redo LSN ..."). */
+void log_startup_scan(const StartupScan& scan, const char* what);
 
 }  // namespace ptrack::pg
 

@@ -1,5 +1,5 @@
 /*
- * startup_scan.cpp -- the hooks source's startup scan (startup_scan.h): the
+ * startup_scan.cpp -- the startup scan (startup_scan.h): the
  * postmaster reads pg_wal with xlogreader, before recovery, and marks in the
  * loaded map what every record after the map's covered LSN changed.
  *
@@ -42,7 +42,7 @@ extern "C" {
 }
 
 #include "core/shared_state.h"
-#include "capture/hooks/startup_scan.h"
+#include "capture/startup_scan.h"
 #include "capture/wal_archive.h"
 #include "capture/wal_records.h"
 #include "compat/compat.h"
@@ -359,6 +359,20 @@ const char* mark_record_ending_at(const ControlFileData& control, Lsn lsn, TimeL
     if (source.fd >= 0)
         close(source.fd);
     return why;
+}
+
+Lsn scanned_from(const StartupScan& scan, Lsn redo, uint32_t segment_bytes)
+{
+    return scan.start < redo || no_record_ends_at(redo, segment_bytes) ? redo : redo + 1;
+}
+
+void log_startup_scan(const StartupScan& scan, const char* what)
+{
+    ereport(LOG, (errmsg("ptrack marked the changes of %llu WAL records from %X/%X to %X/%X %s",
+                         static_cast<unsigned long long>(scan.records), PTRACK_LSN_ARGS(scan.start),
+                         PTRACK_LSN_ARGS(scan.end), what),
+                  errdetail("%llu relation files created or truncated there were marked from their size.",
+                            static_cast<unsigned long long>(scan.files))));
 }
 
 }  // namespace ptrack::pg
