@@ -440,7 +440,10 @@ while [ ${#queue[@]} -gt 0 ] || [ ${#jobs_running[@]} -gt 0 ]; do
 			esac
 			job_pid[$j]=$!
 			jobs_running+=("$!")
-			say "$j started$([ "$j" = package ] || echo " ($(test_set "${j%%-*}") set)")"
+			case $j in
+				unit|package) say "$j started" ;;
+				*) say "$j started ($(test_set "${j%%-*}") set)" ;;
+			esac
 		else
 			rest+=("$j")
 		fi
