@@ -148,8 +148,10 @@ for v in "${version_list[@]}"; do
 		fi
 	done
 done
-# The package test also starts the packaged library on the patched 15.
-if [ "$package" = 1 ] && [[ " ${need_build[*]} " != *" 15 "* ]]; then
+# The package test also starts the packaged library on the patched 15, and
+# a pg_probackup for 15 is built against it.
+if { [ "$package" = 1 ] || { [ -n "${PTRACK_PG_PROBACKUP_SRC:-}" ] && [[ " ${version_list[*]} " == *" 15 "* ]]; }; } &&
+	[[ " ${need_build[*]} " != *" 15 "* ]]; then
 	need_build=(15 "${need_build[@]}")
 fi
 
@@ -277,7 +279,12 @@ pg_probackup_for() {
 	elif [ -n "${PTRACK_PG_PROBACKUP_SRC:-}" ]; then
 		# Against the patched build of V (also for the stock 15's suite:
 		# pg_probackup needs the same major version, not the same server).
-		[ -e "$state/prefix-$v" ] || { echo "run-tests: no PostgreSQL $v build to build pg_probackup against" >&2; return 0; }
+		# The stock 15's suite starts before the patched 15 is built.
+		while [ ! -e "$state/prefix-$v" ] && [ ! -e "$state/build-failed-$v" ] &&
+			[ -n "${build_pid:-}" ] && kill -0 "$build_pid" 2>/dev/null; do
+			sleep 5
+		done
+		[ -e "$state/prefix-$v" ] || { echo "run-tests: no PostgreSQL $v build to build pg_probackup against" >&2; return 1; }
 		(
 			flock 9
 			PTRACK_PG_PREFIX=$(cat "$state/prefix-$v") scripts/build-pg-probackup.sh --pg-version "$v" \
