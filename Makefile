@@ -2,7 +2,10 @@
 #
 #   make                 build against $(PG_CONFIG) (default: the patched server, see below)
 #   make install         install into that server
-#   make check-all       everything the README's test command runs (builds what it needs)
+#   make check-all       the unit tests, pg_regress and the TAP suite on one server
+#                        ($(PG_CONFIG); PTRACK_CAPTURE=hooks|wal, else the server's
+#                        hooks if it has them); scripts/run-tests.sh, the README's
+#                        test command, runs them on every version and capture mode
 #   make unittest        GoogleTest unit tests of the engine (no server needed)
 #   make check-doc-refs  every file and function the docs and comments name exists
 #   make -s pg-prefix    print the install prefix of the patched server

@@ -88,9 +88,11 @@ unless ($opt{builtin})
 	}
 	else
 	{
+		# Packages name the binary after the server's major version.
+		my ($major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
 		for my $dir (split /:/, $ENV{PATH} // '')
 		{
-			for my $name (qw(pg_probackup pg_probackup-15))
+			for my $name ('pg_probackup', 'pg_probackup-' . ($major // 15))
 			{
 				if (-x "$dir/$name")
 				{

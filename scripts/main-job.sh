@@ -3,10 +3,12 @@
 #
 # main-job.sh -- the README's "main job": what ptrack saves a DBA.
 #
-# Builds this extension into a PostgreSQL 15 server (by default Debian's own
+# Builds this extension into a PostgreSQL server (by default Debian's own
 # postgresql-15, where ptrack captures changes from the WAL; with --server
 # patched, the server built with the core patch by scripts/build-postgres.sh,
-# where it uses the hooks; with --pg-config, the server of that pg_config),
+# where it uses the hooks; with --pg-version 17 or 18, that version's build
+# of scripts/build-postgres.sh, with wal capture unless --capture hooks; with
+# --pg-config, the server of that pg_config),
 # and runs scripts/main-job.pl on a throwaway cluster (Unix socket only, in a
 # temporary directory): pgbench -i -s 10, a full backup, a day of changes to
 # a few percent of the blocks, the incremental backup against a full one and
@@ -16,12 +18,19 @@
 # with the project's own tool (t/lib/PtrackBackup.pm).  Exits non-zero if the
 # restored cluster differs from the source or amcheck finds corruption.
 #
-# Usage: scripts/main-job.sh [--server stock|patched | --pg-config PATH] [--scale N] [--transactions N] [--hot P] [--new P] [--clients N] [--pg-probackup PATH | --builtin] [--keep]
-#   --server       stock (default): Debian's postgresql-15, wal capture;
-#                  patched: the server with the core patch, hooks capture
-#   --pg-config    the pg_config of another PostgreSQL 15 installation (its
-#                  capture: hooks if it has the core patch, else wal); ptrack
-#                  is installed there
+# Usage: scripts/main-job.sh [--pg-version 15|17|18] [--server stock|patched | --pg-config PATH] [--capture auto|hooks|wal] [--scale N] [--transactions N] [--hot P] [--new P] [--clients N] [--pg-probackup PATH | --builtin] [--keep]
+#   --pg-version   15 (default), 17 or 18; 17 and 18 run on the server of
+#                  scripts/build-postgres.sh --pg-version N (built if needed,
+#                  cached), which has the core hooks: --capture says which
+#                  source (default wal, like Debian's stock 15)
+#   --server       15 only: stock (default): Debian's postgresql-15, wal
+#                  capture; patched: the server with the core patch, hooks
+#                  capture
+#   --pg-config    the pg_config of another PostgreSQL 15, 17 or 18
+#                  installation (its capture: hooks if it has the core patch,
+#                  else wal, unless --capture); ptrack is installed there
+#   --capture      ptrack.capture of the job's cluster: auto (the server's
+#                  hooks if it has them, else the WAL), hooks or wal
 #   --scale N      pgbench scale, at least 10 (default 10)
 #   --transactions N  transactions of the day (default 20000)
 #   --hot P        percent of the accounts they update, the newest (default 2)
@@ -45,6 +54,8 @@ usage() { sed -n '/^# Usage:/,/^#   --keep/p' "$0" | sed 's/^# \{0,1\}//' >&2; }
 
 keep=0
 server=stock
+pg_version=15
+capture=
 pg_config=
 args=()
 while [ $# -gt 0 ]; do
@@ -54,6 +65,14 @@ while [ $# -gt 0 ]; do
 			[ $# -ge 2 ] || { usage; exit 2; }
 			server=$2; shift ;;
 		--server=*) server=${1#--server=} ;;
+		--pg-version)
+			[ $# -ge 2 ] || { usage; exit 2; }
+			pg_version=$2; shift ;;
+		--pg-version=*) pg_version=${1#--pg-version=} ;;
+		--capture)
+			[ $# -ge 2 ] || { usage; exit 2; }
+			capture=$2; shift ;;
+		--capture=*) capture=${1#--capture=} ;;
 		--pg-config)
 			[ $# -ge 2 ] || { usage; exit 2; }
 			pg_config=$2; server=custom; shift ;;
@@ -70,6 +89,19 @@ done
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
+
+case $pg_version in
+	15) ;;
+	17|18)
+		# One build per version, with the hooks: it serves both sources.
+		[ "$server" = custom ] || server=build
+		[ -n "$capture" ] || capture=wal ;;
+	*) echo "main-job: --pg-version must be 15, 17 or 18" >&2; usage; exit 2 ;;
+esac
+case ${capture:-auto} in
+	auto|hooks|wal) ;;
+	*) echo "main-job: --capture must be auto, hooks or wal" >&2; usage; exit 2 ;;
+esac
 
 if ! perl -MIPC::Run -e 1 2>/dev/null; then
 	if [ "$(id -u)" -eq 0 ]; then
@@ -94,6 +126,16 @@ case $server in
 	patched)
 		echo "main-job: building the patched PostgreSQL 15 (cached after the first run)..." >&2
 		pg_config="$(scripts/build-postgres.sh | tail -n 1)/bin/pg_config" ;;
+	build)
+		# PTRACK_PATCHED_PREFIX_N: a private copy of the build (as for
+		# scripts/run-tests.sh).
+		prefix_var=PTRACK_PATCHED_PREFIX_$pg_version
+		if [ -n "${!prefix_var:-}" ]; then
+			pg_config=${!prefix_var}/bin/pg_config
+		else
+			echo "main-job: building PostgreSQL $pg_version with the core patch (cached after the first run)..." >&2
+			pg_config="$(scripts/build-postgres.sh --pg-version "$pg_version" | tail -n 1)/bin/pg_config"
+		fi ;;
 	custom)
 		[ -x "$pg_config" ] || { echo "main-job: --pg-config $pg_config is not executable" >&2; exit 2; } ;;
 	*) echo "main-job: --server must be stock or patched" >&2; usage; exit 2 ;;
@@ -124,8 +166,16 @@ fi
 
 job_env=(PATH="$("$pg_config" --bindir):$PATH" PERL5LIB="$perl_lib:$work/lib"
 	TESTDIR="$work" TMPDIR="$work" PG_REGRESS="$pg_regress"
+	# PostgreSQL 17 and later put the data and logs under these (15: under TESTDIR).
+	TESTDATADIR="$work/tmp_check" TESTLOGDIR="$work/tmp_check/log"
 	PG_TEST_PORT_DIR="$work/portlock")
 [ -n "${PTRACK_PG_PROBACKUP:-}" ] && job_env+=(PTRACK_PG_PROBACKUP="$PTRACK_PG_PROBACKUP")
+# The capture source: PostgreSQL::Test::Cluster appends TEMP_CONFIG to the
+# configuration of every cluster it initialises.
+if [ -n "$capture" ] && [ "$capture" != auto ]; then
+	echo "ptrack.capture = $capture" >"$work/capture.conf"
+	job_env+=(TEMP_CONFIG="$work/capture.conf")
+fi
 # PostgreSQL::Test::Cluster removes its data directories at exit unless told.
 [ "$keep" -eq 1 ] && job_env+=(PG_TEST_NOCLEAN=1)
 
