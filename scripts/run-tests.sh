@@ -364,15 +364,16 @@ package_test() {
 
 # Jobs in order of start: the unit tests and the stock 15 wal suite first
 # (they need no server build), then each version's suites in the order the
-# servers are built, the package test last.
+# servers are built, the package test with 15's (it needs the patched 15).
 queue=(unit)
 [[ " ${version_list[*]} " == *" 15 "* && " ${modes[*]} " == *" wal "* ]] && queue+=(15-wal)
 for v in "${version_list[@]}"; do
 	for m in "${modes[@]}"; do
 		[ "$v-$m" = 15-wal ] || queue+=("$v-$m")
 	done
+	[ "$v" = 15 ] && [ "$package" = 1 ] && queue+=(package)
 done
-[ "$package" = 1 ] && queue+=(package)
+[ "$package" = 1 ] && [[ " ${queue[*]} " != *" package "* ]] && queue+=(package)
 
 # ready NAME: 0 ready, 1 not yet, 2 never (its server build failed).
 ready() {
