@@ -51,7 +51,7 @@
  * line per kind, as key=value pairs.
  */
 #include <fcntl.h>
-#include <nmmintrin.h>
+#include "../crc32c_sse42.h"
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -82,36 +82,9 @@ using ptrack::MapGeometry;
 constexpr uint32_t kRelsegSize = 131072; /* RELSEG_SIZE with 8 KB blocks, 1 GB segments */
 constexpr size_t kDeltaBufferEntries = 64 * 1024; /* as src/pg/persist/map_save.cpp */
 
-/* CRC-32C (Castagnoli), finalised, with the SSE4.2 instruction. */
-uint32_t crc32c_update(uint32_t crc, const void* data, size_t len)
-{
-    const auto* p = static_cast<const unsigned char*>(data);
-    uint64_t c = crc;
-    while (len >= 8) {
-        uint64_t word;
-        std::memcpy(&word, p, 8);
-        c = _mm_crc32_u64(c, word);
-        p += 8;
-        len -= 8;
-    }
-    uint32_t c32 = static_cast<uint32_t>(c);
-    while (len > 0) {
-        c32 = _mm_crc32_u8(c32, *p++);
-        --len;
-    }
-    return c32;
-}
-
-uint32_t crc32c(const void* data, size_t len)
-{
-    return crc32c_update(0xFFFFFFFFu, data, len) ^ 0xFFFFFFFFu;
-}
-
-/* The engine's Crc32cUpdateFn: continued, not finalised. */
-uint32_t crc32c_continue(uint32_t crc, const void* data, size_t len)
-{
-    return crc32c_update(crc, data, len);
-}
+/* The engine's CRC-32C callbacks (bench/crc32c_sse42.h). */
+constexpr auto crc32c = crc32c_sse42;
+constexpr auto crc32c_continue = crc32c_sse42_update;
 
 [[noreturn]] void fail(const char* what, const std::string& path)
 {

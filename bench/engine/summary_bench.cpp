@@ -47,7 +47,6 @@
  * Options: --quick (1 TiB, 1% only, for development), --no-map,
  * --map-sample N.
  */
-#include <nmmintrin.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -58,6 +57,7 @@
 #include <string>
 #include <vector>
 
+#include "../crc32c_sse42.h"
 #include "common.h"
 #include "ptrack/change_set.h"
 #include "ptrack/pagemap.h"
@@ -73,24 +73,9 @@ namespace {
 constexpr uint32_t kSegBlocks = 131072;
 constexpr size_t kBudget = size_t{64} << 20;
 
-/* CRC-32C with the SSE4.2 instruction (the same polynomial as PostgreSQL's). */
-uint32_t crc_update(uint32_t crc, const void* data, size_t len)
-{
-    const auto* p = static_cast<const uint8_t*>(data);
-    uint64_t c = crc;
-    while (len >= 8) {
-        uint64_t v;
-        std::memcpy(&v, p, 8);
-        c = _mm_crc32_u64(c, v);
-        p += 8;
-        len -= 8;
-    }
-    auto c32 = static_cast<uint32_t>(c);
-    while (len-- > 0)
-        c32 = _mm_crc32_u8(c32, *p++);
-    return c32;
-}
-uint32_t crc_final(const void* data, size_t len) { return crc_update(0xFFFFFFFFu, data, len) ^ 0xFFFFFFFFu; }
+/* The engine's CRC-32C callbacks (bench/crc32c_sse42.h). */
+constexpr auto crc_update = crc32c_sse42_update;
+constexpr auto crc_final = crc32c_sse42;
 
 struct Relation {
     RelFork rel;
