@@ -76,6 +76,9 @@
 #   psql_q SQL...        runs the statements in one psql session as user
 #                        postgres (client_min_messages = warning, stop on
 #                        error); prints results unaligned, without headers
+#   create_small_tables FROM TO
+#                        tables w_FROM..w_TO (one row, a primary key each)
+#   process_cpu_ms PID   prints the process's CPU time (user + system), ms
 #   median               stdin: numbers separated by blanks or newlines;
 #                        prints their median with one decimal, "-" if none
 #   kv KEY TEXT          prints the number after "KEY=" in TEXT
@@ -219,6 +222,24 @@ psql_q() {
     for s in "$@"; do args+=(-c "$s"); done
     as_pg "$bin/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$sock" -p "$port" -U postgres -d postgres \
         -c "SET client_min_messages = warning" "${args[@]}"
+}
+
+# create_small_tables FROM TO: tables w_FROM..w_TO, each with one row and a primary key, 500 per statement.
+create_small_tables() {
+    local made=$(($1 - 1)) to
+    while [ "$made" -lt "$2" ]; do
+        to=$((made + 500 < $2 ? made + 500 : $2))
+        psql_q "DO \$\$ BEGIN FOR i IN $((made + 1))..$to LOOP
+                  EXECUTE format('CREATE TABLE w_%s (id int PRIMARY KEY, v int)', i);
+                  EXECUTE format('INSERT INTO w_%s VALUES (1, 1)', i);
+                END LOOP; END \$\$" >/dev/null
+        made=$to
+    done
+}
+
+# process_cpu_ms PID: its utime + stime, in ms.
+process_cpu_ms() {
+    awk -v t="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.0f\n", ($12 + $13) * 1000 / t }' "/proc/$1/stat"
 }
 
 median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) printf "%.1f\n", v[(NR+1)/2]; else printf "%.1f\n", (v[NR/2]+v[NR/2+1])/2}'; }

@@ -56,10 +56,9 @@ so_md5=$(md5_of "$pkglib/ptrack.so")
 
 # checkpointer_cpu_ms DATADIR: utime + stime of the checkpointer, in ms.
 checkpointer_cpu_ms() {
-    local pid tick
+    local pid
     pid=$(pgrep -P "$(head -n 1 "$1/postmaster.pid")" -f 'checkpointer' | head -n 1)
-    tick=$(getconf CLK_TCK)
-    awk -v t="$tick" '{ sub(/^.*\) /, ""); printf "%.0f\n", ($12 + $13) * 1000 / t }' "/proc/$pid/stat"
+    process_cpu_ms "$pid"
 }
 
 # measure DATADIR: prints "wall_ms cpu_ms" medians of $reps forced CHECKPOINTs (after one not counted).
@@ -100,14 +99,8 @@ IFS=, read -r -a counts <<<"$relations"
 for n in "${counts[@]}"; do
     is_int "$n" || die "--relations takes integers"
     server_start "$dd" "$work/server.log" "the server" -o "-c shared_preload_libraries=''"
-    while [ "$made" -lt "$n" ]; do
-        to=$((made + 500 < n ? made + 500 : n))
-        psql_q "DO \$\$ BEGIN FOR i IN $((made + 1))..$to LOOP
-                  EXECUTE format('CREATE TABLE w_%s (id int PRIMARY KEY, v int)', i);
-                  EXECUTE format('INSERT INTO w_%s VALUES (1, 1)', i);
-                END LOOP; END \$\$" >/dev/null
-        made=$to
-    done
+    create_small_tables $((made + 1)) "$n"
+    made=$((n > made ? n : made))
     psql_q "VACUUM" >/dev/null
     server_stop "$dd"
     files=$(find "$dd/base" "$dd/global" -type f -name '[0-9]*' | wc -l)

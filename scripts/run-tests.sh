@@ -76,7 +76,9 @@ repo=$(pwd)
 # internals (write paths, WAL records and their decoding, crash recovery, the
 # control file and checkpoints, backups restored by the server) or that prove
 # the stock path (020) and the pg_probackup chain (023), the record kinds that
-# differ by version (030), plus the cheap ones.
+# differ by version (030), the summaries' retention (033: cheap, and the
+# brief of issue 21 asks for it on every version) and failures (034: 15 s),
+# plus the cheap ones.
 # About half of the suite's time (measured: 304 of 619 s on 15, wal).  Left
 # out: 012-014, 017-019, 022, 024-026 (their logic is version-independent
 # once the above holds on 17, and all of them run on 15 and 18).
@@ -86,6 +88,7 @@ CORE_TESTS=(
 	t/016_bypass_writes.pl t/020_wal_capture.pl t/021_wal_limits.pl
 	t/023_backup_role.pl t/027_hostile_schema.pl t/028_disk_full.pl
 	t/029_startup_leftovers.pl t/030_record_kinds.pl
+	t/033_summary_retention.pl t/034_summary_failures.pl
 )
 
 versions=all
@@ -106,6 +109,8 @@ while [ $# -gt 0 ]; do
 		--full) set_choice=full; shift ;;
 		--core) set_choice=core; shift ;;
 		--package) package=1; shift ;;
+		-h|--help) sed -n '/^# Usage:/,/^#   --jobs/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+		-*) echo "run-tests: unknown option $1 (see --help)" >&2; exit 2 ;;
 		*) break ;;
 	esac
 done
@@ -365,7 +370,12 @@ package_test() {
 # Jobs in order of start: the unit tests and the stock 15 wal suite first
 # (they need no server build), then each version's suites in the order the
 # servers are built, the package test with 15's (it needs the patched 15).
+# A run that picks its TAP files (PROVE_TESTS=...) is a developer's quick
+# round: the engine's unit tests (a minute of compiling) are left out.
 queue=(unit)
+for a in "$@"; do
+	case $a in PROVE_TESTS=*) queue=(); say "unit tests left out: PROVE_TESTS picks the TAP files" ;; esac
+done
 [[ " ${version_list[*]} " == *" 15 "* && " ${modes[*]} " == *" wal "* ]] && queue+=(15-wal)
 for v in "${version_list[@]}"; do
 	for m in "${modes[@]}"; do

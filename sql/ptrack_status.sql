@@ -43,7 +43,7 @@ SELECT * FROM ptrack_verify(NULL);
 SELECT has_function_privilege('public', 'ptrack_verify(pg_lsn)', 'EXECUTE') AS public_can_execute;
 
 -- the parameters a DBA sees; the developer setting is hidden but still works
-SELECT name, unit, boot_val FROM pg_settings WHERE name LIKE 'ptrack.%' ORDER BY name;
+SELECT name, vartype, unit, boot_val, min_val, max_val FROM pg_settings WHERE name LIKE 'ptrack.%' ORDER BY name;
 SHOW ptrack.use_segment_summary;
 
 DROP TABLE ptrack_status_t;

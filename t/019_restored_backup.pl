@@ -49,7 +49,8 @@ use Test::More;
 
 use PtrackBackup qw(full_backup incremental_backup restore start_restored);
 use PtrackVerify qw(compare_clusters);
-use PtrackCluster qw(ptrack_node log_position log_since not_trusted_re init_lsn);
+use PtrackCluster qw(ptrack_node log_position log_since not_trusted_re init_lsn capture_mode);
+use PtrackSummaries qw(summary_dir summaries chain_break describe_summaries);
 use PtrackOracle qw(lsn_to_int);
 
 
@@ -81,6 +82,21 @@ foreach my $f (grep { /^ptrack\.(?:map|map\.delta|sizes|limits)$/ } readdir($dh)
 }
 closedir($dh);
 ok(grep({ $_ eq 'ptrack.map' } @copied), "the primary's map files were copied into the restored data directory (@copied)");
+# With wal capture, the primary's change summaries too, as a copy of the data
+# directory with its pg_wal (a file-system snapshot) would bring them: they
+# describe the primary's WAL, not this server's, and must go.
+my @planted;
+if (capture_mode() eq 'wal')
+{
+	my $to = summary_dir($restored->data_dir);
+	mkdir $to;
+	for my $s (summaries($primary->data_dir))
+	{
+		copy(summary_dir($primary->data_dir) . "/$s->{name}", "$to/$s->{name}") or die "copy $s->{name}: $!";
+		push @planted, $s->{name};
+	}
+	ok(@planted > 0, 'the primary\'s summaries were copied into the restored pg_wal/ptrack (' . scalar(@planted) . ')');
+}
 my $off = log_position($restored);
 start_restored($restored);
 like(log_since($restored, $off),
@@ -88,6 +104,25 @@ like(log_since($restored, $off),
 	'the restored server refuses the map that came with the backup');
 my $rinit = init_lsn($restored);
 note "restored server: ptrack_init_lsn() $rinit";
+if (capture_mode() eq 'wal')
+{
+	# The summaries of the WAL read before recovery (scan_summary.cpp), then
+	# the follower's: one unbroken chain from the backup's redo LSN, none of
+	# the primary's files left.
+	# A combine in progress overlaps its inputs for a moment: list until it is done.
+	my @chain;
+	for (1 .. 100)
+	{
+		@chain = summaries($restored->data_dir);
+		last if chain_break(@chain) eq '';
+		select(undef, undef, undef, 0.1);
+	}
+	my %left = map { $_->{name} => 1 } @chain;
+	is_deeply([ grep { $left{$_} } @planted ], [], 'the summaries copied from the primary are gone');
+	ok(@chain > 0 && $chain[0]{valid} && chain_break(@chain) eq '' && $chain[0]{start} == lsn_to_int($rinit),
+		"the restored server's summaries start at ptrack_init_lsn() $rinit, unbroken")
+	  or diag 'summaries: ' . describe_summaries(@chain) . '; break: ' . chain_break(@chain);
+}
 
 # ---- 3. older than the restored backup: refused ------------------------------
 

@@ -195,7 +195,11 @@ SKIP:
 		conf => "autovacuum = off\ncheckpoint_timeout = 1h\nmax_wal_size = 1GB\nmax_slot_wal_keep_size = 16MB\n");
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION ptrack');
+	# The follower saves at most once a second: wait for this checkpoint's
+	# save, so that no later one advances the slot past the WAL below.
+	my $before_checkpoint = log_position($node);
 	$node->safe_psql('postgres', 'CHECKPOINT');
+	$node->wait_for_log(qr/LOG:  ptrack map flush: /, $before_checkpoint);
 	my $L = $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
 	my $baseline = block_counts($node->data_dir);
 	my $offset = log_position($node);

@@ -34,7 +34,16 @@
 #      too; ptrack_init_lsn() stays <= R, no WARNING, the oracle passes;
 #   7. with pg_probackup (PTRACK_PG_PROBACKUP): a FULL in ARCHIVE mode,
 #      restored by pg_probackup, then a PTRACK backup on the restored server
-#      with that FULL as its parent.
+#      with that FULL as its parent;
+#   8. point-in-time recovery with the archived WAL copied into pg_wal;
+#   9. (wal) segments that recovery moves under the follower's feet: with
+#      hot_standby on, the follower reads behind a recovery that a gated
+#      restore_command holds; a segment it has yet to read is renamed
+#      <name>.partial (what the end of an archive recovery does to the old
+#      timeline's last one) and the next is missing for 2 s (what recovery's
+#      replacing of a segment it restores again does): the follower reads the
+#      first under its new name and waits for the second, tracking does not
+#      restart, and nothing since the redo LSN is missed.
 
 use strict;
 use warnings;
@@ -44,6 +53,7 @@ use lib "$FindBin::RealBin/lib";
 
 use File::Path qw(rmtree);
 use IPC::Run;
+use File::Copy qw(copy);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -89,6 +99,8 @@ note "the backup's redo LSN is $redo";
 # ---- 2. changes after the backup, archived --------------------------------------
 
 $primary->command_ok([ 'pgbench', '-n', '-c', '2', '-j', '1', '-t', '300', 'postgres' ], 'pgbench after the backup');
+# A recovery target for section 8: changes of this timeline follow it.
+my $target = $primary->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
 $primary->safe_psql('postgres', 'CHECKPOINT');
 $primary->safe_psql('postgres', 'SELECT pg_switch_wal()');
 $primary->safe_psql('postgres',
@@ -289,4 +301,151 @@ SKIP:
 }
 
 $primary->stop;
+# ---- 8. point-in-time recovery with the archived WAL in pg_wal -------------------
+
+# The classic PITR: the base backup restored, the WAL saved from the old
+# server copied into pg_wal, recovery to a target before its end, promote.
+# The postmaster's scan (wal capture) reads all the WAL pg_wal holds, past
+# the target, and writes it as summaries; the new timeline's records after
+# the target lie below their end, so the follower must not take them as
+# held by those summaries (guard_scan_chain() in capture_wal.cpp).  Whatever
+# ptrack_init_lsn() then is, nothing since it (or since the target) may be
+# missed.
+{
+	my $pitr = PostgreSQL::Test::Cluster->new('pitr');
+	$pitr->init_from_backup($primary, 'base');
+	opendir(my $dh, $archive) or die "opendir $archive: $!";
+	my @segments = grep { /^[0-9A-F]{24}$/ } readdir($dh);
+	closedir($dh);
+	copy("$archive/$_", $pitr->data_dir . "/pg_wal/$_") or die "copy $_: $!" foreach @segments;
+	$pitr->append_conf('postgresql.conf',
+		"archive_mode = off
+restore_command = 'cp \"$archive/%f\" \"%p\"'
+"
+		  . "recovery_target_lsn = '$target'
+recovery_target_action = 'promote'
+");
+	open(my $fh, '>', $pitr->data_dir . '/recovery.signal') or die "recovery.signal: $!";
+	close($fh);
+	my $poff = log_position($pitr);
+	$pitr->start;
+	$pitr->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+	  or die 'the point-in-time recovery did not end';
+	$pitr->safe_psql('postgres',
+		'CREATE TABLE after_pitr AS SELECT g AS id, md5(g::text) AS t FROM generate_series(1, 20000) g');
+	$pitr->command_ok([ 'pgbench', '-n', '-c', '2', '-j', '1', '-t', '200', 'postgres' ],
+		'pgbench on the new timeline');
+	$pitr->safe_psql('postgres', 'CHECKPOINT');
+	my $pinit = init_lsn($pitr);
+	my $plog = log_since($pitr, $poff);
+	note "point-in-time recovery to $target: ptrack_init_lsn() $pinit, the backup's redo LSN $redo";
+	like($plog, qr/recovery stopping/, 'recovery stopped at the target, before the end of the WAL in pg_wal');
+	foreach my $l ($redo, $target)
+	{
+		my $from = lsn_to_int($pinit) > lsn_to_int($l) ? $pinit : $l;
+		no_misses_ok($pitr, $from,
+			"after point-in-time recovery to $target: every page changed since $from is listed",
+			forks => [ 'main', 'vm' ]);
+	}
+	$pitr->stop;
+}
+
+# ---- 9. segments moved under the follower's feet during recovery (wal) -------------
+
+if ($mode eq 'wal')
+{
+	# More segments in the archive, so that recovery can be held with two
+	# segments restored that the follower has not read yet.
+	$primary->start;
+	my $target_segment = $primary->safe_psql('postgres', "SELECT pg_walfile_name('$target')");
+	for my $i (1 .. 4)
+	{
+		$primary->safe_psql('postgres', "INSERT INTO after_backup SELECT g, 'more $i' FROM generate_series(1, 2000) g");
+		$primary->safe_psql('postgres', 'SELECT pg_switch_wal()');
+	}
+	archive_everything($primary);
+	$primary->stop;
+
+	# The segment name $n after $name (16 MB segments, the tests' default).
+	my $next_segment = sub {
+		my ($name, $n) = @_;
+		my ($tli, $log, $seg) = map { hex } unpack('A8 A8 A8', $name);
+		my $no = $log * 0x100 + $seg + $n;
+		return sprintf('%08X%08X%08X', $tli, int($no / 0x100), $no % 0x100);
+	};
+	my $g1 = $next_segment->($target_segment, 1);
+	my $g2 = $next_segment->($target_segment, 2);
+	my $g3 = $next_segment->($target_segment, 3);
+	ok(-f "$archive/$g3", "the archive holds $g3");
+
+	# restore_command holds every segment named >= the one in $hold (none without the file).
+	my $gatedir = PostgreSQL::Test::Utils::tempdir('gate');
+	my $hold = "$gatedir/hold";
+	open(my $gfh, '>', "$gatedir/gate") or die "$gatedir/gate: $!";
+	print $gfh <<'GATE';
+use strict;
+use File::Copy qw(copy);
+my ($archive, $hold, $f, $p) = @ARGV;
+while ($f =~ /^[0-9A-F]{24}$/)
+{
+	open(my $h, '<', $hold) or last;
+	my $gate = <$h>;
+	close $h;
+	last if !defined $gate || $f lt $gate;    # held: segments named >= the gate
+	select(undef, undef, undef, 0.1);
+}
+copy("$archive/$f", $p) or exit 1;
+GATE
+	close $gfh;
+	my $set_hold = sub {
+		open(my $h, '>', "$hold.new") or die "$hold: $!";
+		print $h $_[0];
+		close $h;
+		rename("$hold.new", $hold) or die "rename $hold: $!";
+	};
+	$set_hold->($g1);
+	my ($moved) = restore_from_archive('moved', "\"$^X\" \"$gatedir/gate\" \"$archive\" \"$hold\" \"%f\" \"%p\"");
+	$moved->append_conf('postgresql.conf', "hot_standby = on\n");
+	my $moff = log_position($moved);
+	$moved->start;
+	$moved->wait_for_log(qr/ready to accept read-only connections/, $moff);
+	my $caught_up = 'SELECT follower_lsn >= pg_last_wal_replay_lsn() FROM ptrack_status()';
+	$moved->poll_query_until('postgres', $caught_up)
+	  or die 'the follower did not catch up with recovery held before ' . $g1;
+	my $fpid = $moved->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'ptrack WAL follower'");
+	kill 'STOP', $fpid;
+	# Recovery restores and replays $g1 and $g2, then waits for $g3.
+	$set_hold->($g3);
+	my $g2_start = sprintf('%X/%X', hex(substr($g2, 8, 8)), hex(substr($g2, 16, 8)) * 0x1000000);
+	my $wal = $moved->data_dir . '/pg_wal';
+	$moved->poll_query_until('postgres', "SELECT pg_last_wal_replay_lsn() > '$g2_start'")
+	  or die "recovery did not reach $g2 ($g2_start)";
+	ok(-f "$wal/$g1" && -f "$wal/$g2", "recovery restored $g1 and $g2 into pg_wal");
+	rename("$wal/$g1", "$wal/$g1.partial") or die "rename $g1: $!";
+	rename("$wal/$g2", "$wal/$g2.away") or die "rename $g2: $!";
+	kill 'CONT', $fpid;
+	sleep 2;
+	rename("$wal/$g2.away", "$wal/$g2") or die "rename $g2 back: $!";
+	$moved->poll_query_until('postgres', $caught_up)
+	  or diag 'the follower did not catch up with recovery after the moves';
+	rename("$wal/$g1.partial", "$wal/$g1") or die "rename $g1 back: $!";
+	unlink $hold;
+	wait_until_recovered($moved, $moff);
+	my $minit = init_lsn($moved);
+	my $mlog = log_since($moved, $moff);
+	like($mlog, qr/ptrack WAL follower reads "pg_wal\/$g1\.partial", renamed at the end of recovery/,
+		"the follower read $g1 as $g1.partial");
+	unlike($mlog, qr/has already been removed|WARNING:  ptrack restarted/,
+		"tracking did not restart ($g2 missing for 2 s)")
+	  or diag join("\n", grep { /ptrack/ } split /\n/, $mlog);
+	ok(lsn_to_int($minit) <= $redo_int, "ptrack_init_lsn() $minit is still <= the redo LSN $redo");
+	$moved->safe_psql('postgres', 'CREATE TABLE after_moved AS SELECT g AS id FROM generate_series(1, 10000) g');
+	$moved->safe_psql('postgres', 'CHECKPOINT');
+	no_misses_ok($moved, $redo, "the oracle since $redo after segments moved during recovery",
+		forks => [ 'main', 'vm' ])
+	  if lsn_to_int($minit) <= $redo_int;
+	$moved->stop;
+}
+
 done_testing();

@@ -20,7 +20,10 @@
  * says kCutSoon a summary is written (to memory) and the set cleared; the
  * rest of the day stays in memory.  The backup's L is the start of the day
  * (a summary boundary, as the follower cuts at checkpoint redo LSNs).
- * Reported: ns per add (CPU, writes excluded), the set's peak bytes, the
+ * Reported: ns per add (CPU, writes excluded), the same stream's ns per
+ * reference through add_blocks() in batches of 4 (about one WAL record's
+ * references) and of 16 (consecutive records), into sets of their own that
+ * are cleared, not written, when they say kCutSoon; the set's peak bytes, the
  * summaries written in the day and their bytes, the bytes after combining
  * them into one day file, what PostgreSQL 17's roaring-like chunk encoding
  * would take for the same blocks (2 bytes per block up to 4,096 a chunk,
@@ -354,8 +357,8 @@ int main(int argc, char** argv)
     if (map_too)
         owned.reset(new bench::OwnedMap((uint64_t{1} << 30) / sample));
 
-    std::printf("\n%-17s %9s %8s %7s | %6s %8s %5s %9s %9s %9s %8s %8s %4s | %7s %9s %8s\n", "scenario", "changed",
-                "refs", "", "ns/add", "peak MB", "files", "day MB", "1 file MB", "PG17-like", "answer s", "1 file s",
+    std::printf("\n%-17s %9s %8s %7s | %6s %6s %6s %8s %5s %9s %9s %9s %8s %8s %4s | %7s %9s %8s\n", "scenario", "changed",
+                "refs", "", "ns/add", "x4 ns", "x16 ns", "peak MB", "files", "day MB", "1 file MB", "PG17-like", "answer s", "1 file s",
                 "fp", "ns/mark", "map ans s", "map fp");
     for (const Scenario& s : all) {
         if (quick && s.fraction != 0.01)
@@ -371,6 +374,12 @@ int main(int argc, char** argv)
         std::vector<std::vector<uint8_t>> files;
         Lsn lsn = Lsn{1} << 40, start = lsn;
         double feed_cpu = 0;
+        /* The same stream through add_blocks(), batches of kBatchSizes[k] references. */
+        constexpr uint32_t kBatchSizes[2] = {4, 16};
+        double batch_cpu[2] = {0, 0};
+        std::unique_ptr<ptrack::ChangeSet> batched[2] = {std::make_unique<ptrack::ChangeSet>(kBudget),
+                                                         std::make_unique<ptrack::ChangeSet>(kBudget)};
+        std::vector<ptrack::BlockRef> refs_of(Batch::kRefs);
         Batch batch;
         auto add_batch = [&]() {
             const double f0 = bench::cpu_seconds();
@@ -392,6 +401,23 @@ int main(int argc, char** argv)
                 feed_cpu -= bench::cpu_seconds() - f0; /* the rest of the batch is timed from here */
             }
             feed_cpu += bench::cpu_seconds() - f0;
+            for (size_t i = 0; i < batch.refs.size(); ++i)
+                refs_of[i] = ptrack::BlockRef{c.relations[batch.refs[i].rel].rel, batch.refs[i].block};
+            for (int k = 0; k < 2; ++k) {
+                ptrack::ChangeSet& b = *batched[k];
+                const double b0 = bench::cpu_seconds();
+                for (size_t i = 0; i < batch.refs.size(); i += kBatchSizes[k]) {
+                    const auto n = static_cast<uint32_t>(std::min<size_t>(kBatchSizes[k], batch.refs.size() - i));
+                    const ptrack::AddResult r = b.add_blocks(&refs_of[i], n);
+                    if (r == ptrack::AddResult::kRefused) {
+                        std::fprintf(stderr, "FATAL: batch refused before kCutSoon\n");
+                        std::exit(1);
+                    }
+                    if (r == ptrack::AddResult::kCutSoon)
+                        b.clear();
+                }
+                batch_cpu[k] += bench::cpu_seconds() - b0;
+            }
             batch.refs.clear();
         };
         const uint64_t refs = replay_day(c, active, s.concentrated, target, seed, truth, [&](uint32_t rel, BlockNumber b) {
@@ -436,6 +462,8 @@ int main(int argc, char** argv)
         const Answer one = answer({combined.bytes}, nullptr, c, &truth, &fp_one);
         const size_t peak = set.peak_bytes();
         set.reset();
+        for (auto& b : batched)
+            b->reset();
 
         /* The map: history, the same day, then pagemapset on a sample of the files. */
         char mark_s[32] = "-", map_ans[32] = "-", map_fp[32] = "-";
@@ -502,10 +530,11 @@ int main(int argc, char** argv)
             std::snprintf(map_fp, sizeof map_fp, "%.1f%%", 100.0 * static_cast<double>(mfp) / static_cast<double>(unchanged));
         }
 
-        std::printf("%-17s %8.2f%% %7.1fM %7s | %6.1f %8.1f %5zu %9.1f %9.1f %9.1f %8.2f %8.2f %4" PRIu64
+        std::printf("%-17s %8.2f%% %7.1fM %7s | %6.1f %6.1f %6.1f %8.1f %5zu %9.1f %9.1f %9.1f %8.2f %8.2f %4" PRIu64
                     " | %7s %9s %8s\n",
                     s.name, 100.0 * static_cast<double>(changed) / static_cast<double>(c.total),
                     static_cast<double>(refs) / 1e6, "", feed_cpu * 1e9 / static_cast<double>(refs),
+                    batch_cpu[0] * 1e9 / static_cast<double>(refs), batch_cpu[1] * 1e9 / static_cast<double>(refs),
                     static_cast<double>(peak) / 1e6, files.size(), static_cast<double>(all_bytes) / 1e6,
                     static_cast<double>(combined.bytes.size()) / 1e6, static_cast<double>(pg_like) / 1e6,
                     live_answer.cpu, one.cpu, fp + fp_one, mark_s, map_ans, map_fp);

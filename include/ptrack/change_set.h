@@ -8,7 +8,10 @@
  * Why this shape.  The follower calls add_block() once per block reference
  * of every WAL record, so adding must cost a few nanoseconds: the last
  * (fork, chunk) touched is cached (WAL references come in runs on the same
- * relation), and a chunk of 65,536 blocks (ptrack/change_cursor.h) starts as
+ * relation), any other is one probe of a single table keyed by (relation
+ * fork, chunk number), so a random reference costs two cache misses (the
+ * table's slot, then the chunk's container), and a chunk of 65,536 blocks
+ * (ptrack/change_cursor.h) starts as
  * a small open-addressing hash set of 16-bit offsets, which becomes an 8 KB
  * bitmap once it holds more than kSparseMaxBlocks blocks (the bitmap is then
  * no bigger than the set).  A block at or past its fork's limit is not
@@ -36,8 +39,9 @@
  * ereport (src/pg/core/boundary.h): call reset() to free everything.  One
  * thread uses a set at a time; nothing here is shared memory.
  *
- * INTERFACE: Allocator, malloc_allocator(), AddResult, ChangeSet
- * (add_block, add_limit, add_database, clear, reset, open_cursor).
+ * INTERFACE: Allocator, malloc_allocator(), AddResult, Refusal, BlockRef,
+ * kMaxBatch, ChangeSet (add_block, add_blocks, add_limit, add_database,
+ * clear, reset, open_cursor).
  */
 #ifndef PTRACK_CHANGE_SET_H
 #define PTRACK_CHANGE_SET_H
@@ -68,7 +72,18 @@ protected:
 Allocator& malloc_allocator() noexcept;
 
 enum class AddResult : uint8_t { kOk, kCutSoon, kRefused };
-enum class Refusal : uint8_t { kNone, kBudget, kAllocation };
+/* Why the last kRefused: the budget, the allocator, or add_blocks() given more than kMaxBatch references. */
+enum class Refusal : uint8_t { kNone, kBudget, kAllocation, kBatchTooLong };
+
+/* One block reference, for ChangeSet::add_blocks(). */
+struct BlockRef {
+    RelFork rel;
+    BlockNumber block;
+};
+
+/* The most references one add_blocks() call takes (a WAL record has at most 33); a set that
+ * has not said kCutSoon has room for a whole batch, as for one record. */
+constexpr uint32_t kMaxBatch = 64;
 
 /* Blocks a chunk's hash set holds before it becomes a bitmap (then 8 KB is no more than the set). */
 constexpr uint32_t kSparseMaxBlocks = 1536;
@@ -84,6 +99,18 @@ public:
 
     /* Block `block` of `rel` changed. */
     AddResult add_block(const RelFork& rel, BlockNumber block) noexcept;
+    /*
+     * The `n` blocks of `refs` changed (n <= kMaxBatch): the block
+     * references of one WAL record, or of several consecutive ones.  The
+     * same as add_block() on each, but all or nothing, and cheaper for
+     * scattered blocks: every reference's memory is prefetched before the
+     * first is added, so their cache misses overlap.  kOk or kCutSoon: all
+     * recorded.  kRefused: none is recorded and the set holds what it held
+     * before the call (blocks, chunks, forks, counts; only its memory may
+     * have grown): cut before the first record of the batch, clear(), and
+     * add the batch again.
+     */
+    AddResult add_blocks(const BlockRef* refs, uint32_t n) noexcept;
     /*
      * Every block >= first of `rel` changed: a truncation to `first` blocks,
      * a fork created or dropped (0), a file seen grown from `first` blocks
@@ -137,11 +164,21 @@ private:
     AddResult refuse(Refusal why) noexcept;
     AddResult done() noexcept { return needs_cut() ? AddResult::kCutSoon : AddResult::kOk; }
 
-    /* Finds or adds the fork (its index), or UINT32_MAX after a refusal. */
-    uint32_t fork_index(const RelFork& rel) noexcept;
-    /* Finds or adds the chunk of fork `fork`, or nullptr after a refusal. */
-    Chunk* chunk_of(uint32_t fork, uint32_t chunk) noexcept;
+    /* The fork's index, or UINT32_MAX if it is not in the set. */
+    uint32_t fork_find(const RelFork& rel) const noexcept;
+    /* Adds a fork that is not in the set (its index), or UINT32_MAX after a refusal. */
+    uint32_t fork_insert(const RelFork& rel) noexcept;
+    /* The chunk's slot, or nullptr if it is not in the set. */
+    Chunk* chunk_find(const RelFork& rel, uint32_t chunk) noexcept;
+    /* add_block() for a block whose chunk is not in the set. */
+    AddResult add_first_block(const RelFork& rel, BlockNumber block) noexcept;
+    /* The fork's limit went down to `first`: its chunks stop storing what it covers. */
+    void lower_chunk_limits(uint32_t fork, BlockNumber first) noexcept;
     bool add_to_chunk(Chunk* c, uint32_t offset) noexcept;
+    /* Takes back a block a refused add_blocks() had recorded (and its chunk, if it made it). */
+    void undo_block(const RelFork& rel, BlockNumber block, bool chunk_made) noexcept;
+    void remove_chunk(Chunk* c) noexcept;
+    void remove_last_fork() noexcept;
     bool grow_forks() noexcept;
     bool grow_chunks() noexcept;
 
@@ -157,7 +194,7 @@ private:
     uint32_t* fork_slots_ = nullptr; /* open addressing: fork index + 1, 0 empty */
     uint32_t fork_slot_count_ = 0;   /* power of two, >= 2 * fork_capacity_ */
 
-    Chunk* chunks_ = nullptr; /* open addressing on (fork index, chunk number) */
+    Chunk* chunks_ = nullptr; /* open addressing on (relation fork, chunk number) */
     uint64_t chunk_slot_count_ = 0;
     uint64_t chunk_count_ = 0;
 
@@ -170,9 +207,7 @@ private:
     /* The last (fork, chunk) added to: most block references repeat it. */
     RelFork cache_rel_{0, 0, 0, 0xFE};
     uint32_t cache_chunk_ = 0;
-    uint32_t cache_fork_ = 0;
-    BlockNumber cache_limit_ = 0;
-    Chunk* cache_ = nullptr; /* nullptr: only the fork part of the cache is valid */
+    Chunk* cache_ = nullptr; /* nullptr: no cache */
 };
 
 }  // namespace ptrack

@@ -3,16 +3,11 @@
  * from summaries (ptrack/summary_file.h) and the follower's in-memory set
  * (ptrack/change_set.h), and combining old summaries into one.
  *
- * Which summaries answer L (select_summaries()).  A summary covering
- * [start, end) holds changes recorded at LSNs in that range; it is needed
- * when end > L, and then contributes all it holds (it knows no LSN inside;
- * this is why the follower cuts summaries at checkpoint redo LSNs, where
- * backups start).  The needed summaries and the in-memory set must cover
- * [L, now) without a hole: the first needed one starts at or before L, each
- * ends where the next starts, the last ends where the in-memory set starts.
- * Anything else refuses, naming the LSN where the cover breaks: a missing
- * or damaged summary must never give a short answer (the caller then says
- * "take a full backup").
+ * Which summaries answer L is ptrack/summary_chain.h's (chain_cover()): a
+ * summary covering [start, end) holds changes recorded at LSNs in that
+ * range; it is needed when end > L, and then contributes all it holds (it
+ * knows no LSN inside; this is why the follower cuts summaries at
+ * checkpoint redo LSNs, where backups start).
  *
  * The answer itself is the union (MergeCursor, ptrack/change_cursor.h) of
  * the selected summaries' cursors and the in-memory set's, read fork by fork;
@@ -29,8 +24,7 @@
  *
  * Nothing here allocates or throws; the caller provides every buffer.
  *
- * INTERFACE: CoverStatus, select_summaries(), describe_cover_status(),
- * SegmentPagemaps, ChangeCounts, count_changes(), summary_combine().
+ * INTERFACE: SegmentPagemaps, ChangeCounts, count_changes(), summary_combine().
  */
 #ifndef PTRACK_SUMMARY_ANSWER_H
 #define PTRACK_SUMMARY_ANSWER_H
@@ -44,26 +38,6 @@
 #include "ptrack/summary_file.h"
 
 namespace ptrack {
-
-enum class CoverStatus {
-    kOk,
-    kUnsorted,    /* the summaries are not in increasing, non-overlapping LSN order */
-    kBeforeFirst, /* L is older than the oldest summary kept */
-    kGap          /* a summary is missing: the range [*broken_at, next start) is covered by none */
-};
-
-/* A reason completing "changes since L cannot be answered because ...". */
-const char* describe_cover_status(CoverStatus status) noexcept;
-
-/*
- * Which of `count` summary headers (sorted by start_lsn) answer `since`,
- * given that the in-memory set covers [live_start, now).  On kOk, the
- * summaries [*first, count) are needed (*first == count: none, the in-memory
- * set alone answers).  Otherwise *broken_at is the first LSN not covered.
- * Pass live_start = the last summary's end when there is no in-memory set.
- */
-CoverStatus select_summaries(const SummaryHeader* headers, size_t count, Lsn live_start, Lsn since, size_t* first,
-                             Lsn* broken_at) noexcept;
 
 /*
  * The page bitmaps of one fork's segment files, from a cursor positioned on
@@ -117,7 +91,9 @@ ChangeCounts count_changes(ChangeCursor& cursor, ChunkBits* scratch) noexcept;
 /*
  * Combines `count` validated summaries, adjacent and in LSN order (each ends
  * where the next starts, same cluster and PostgreSQL version) into one
- * summary of [first start, last end), the last one's timeline, written to
+ * summary of [first start, last end), the last one's timeline and flags
+ * (it ends where the last one ends, so kSummaryEndsAtRedo carries over; the
+ * boundaries inside are lost, flagged or not), written to
  * `sink` as summary_write() does.  `cursors` and `states` are the caller's
  * room for `count` of each (up to a few dozen at a time; combine in steps
  * beyond).  kBadRange if the summaries are not adjacent.

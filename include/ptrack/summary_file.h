@@ -17,7 +17,7 @@
  *   [0, 96)    header: magic "PTRKSUMM", format version, header size,
  *              PostgreSQL major version, timeline, system identifier,
  *              start LSN, end LSN, fork count, block count, database
- *              count, flags (0), body length, body CRC-32C, and the CRC-32C
+ *              count, flags, body length, body CRC-32C, and the CRC-32C
  *              of the header's first 92 bytes in its last 4
  *   [96, ..)   body: the fork records in increasing RelFork order
  *              (relfork_less()), then the database records
@@ -41,6 +41,12 @@
  * Measured on the 10 TiB simulation (bench/RESULTS.md): gaps of a 5% uniform
  * change are one byte each, runs cost a few bytes for a bulk load, bitmaps
  * bound the dense chunks at 1 bit a block.
+ *
+ * Flags (a uint32 that version 1 reserved as 0, so old files read as "no
+ * flag" and the version stays 1): kSummaryEndsAtRedo says the summary ends
+ * at a checkpoint's redo LSN, a boundary a backup can start at; retention
+ * keeps those boundaries and combines across the others.  summary_write() refuses, and summary_open() rejects as
+ * kBadVersion, a bit this build does not know (a later writer's meaning).
  *
  * Trust.  A reader validates the whole file before anything is read from
  * it (summary_open()): magic, version, header CRC, lengths, body CRC, the
@@ -75,6 +81,10 @@ constexpr size_t kSummaryHeaderBytes = 96;
 /* The writer's buffer: at least one encoded chunk (a bitmap and its framing) plus a fork record. */
 constexpr size_t kSummaryMinBuffer = 16384;
 
+/* Header flags. */
+constexpr uint32_t kSummaryEndsAtRedo = 1u;   /* end_lsn is a checkpoint's redo LSN */
+constexpr uint32_t kSummaryKnownFlags = kSummaryEndsAtRedo;
+
 /* Chunk kinds in the body. */
 enum SummaryChunkKind : uint8_t { kChunkEnd = 0, kChunkArray = 1, kChunkRuns = 2, kChunkBitmap = 3 };
 
@@ -84,6 +94,7 @@ struct SummaryHeader {
     uint64_t system_identifier; /* pg_control's */
     Lsn start_lsn;              /* inclusive */
     Lsn end_lsn;                /* exclusive; > start_lsn */
+    uint32_t flags;             /* kSummaryEndsAtRedo, or 0 */
     /* Written by summary_write(), checked by summary_open(): */
     uint64_t fork_count;
     uint64_t block_count; /* blocks in chunks (limits not counted) */
@@ -125,7 +136,7 @@ struct SummaryWriteBuffers {
  * *written too): the body from byte kSummaryHeaderBytes on, then the header
  * at 0.  Blocks at or past their fork's limit are left out (the limit
  * lists them), and so are forks left with neither chunk nor limit.  kOk, kBadRange,
- * kBadBuffer or kWriteFailed.  The file is the header plus
+ * kBadVersion (a flag outside kSummaryKnownFlags), kBadBuffer or kWriteFailed.  The file is the header plus
  * written->body_bytes bytes.
  */
 SummaryStatus summary_write(const SummaryHeader& header, ChangeCursor& source, Crc32cFn crc32c,
@@ -149,7 +160,7 @@ SummaryStatus summary_open(const uint8_t* data, size_t length, uint64_t system_i
 
 /*
  * Reads only the header (for listing files without reading them whole):
- * magic, version, header CRC and range.  The body is not checked.
+ * magic, version, header CRC, flags and range.  The body is not checked.
  */
 SummaryStatus summary_read_header(const uint8_t* data, size_t length, Crc32cFn crc32c,
                                   SummaryHeader* header) noexcept;

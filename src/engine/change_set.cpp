@@ -2,12 +2,17 @@
  * change_set.cpp -- the follower's exact change set and its cursor; what the
  * set holds, its budget and its answers are in ptrack/change_set.h.
  *
- * Layout.  Forks: a dense array (index = order of first appearance) and an
- * open-addressing table of indexes (load <= 1/2).  Chunks: one
- * open-addressing table keyed by (fork index, chunk number), load <= 1/2,
- * each slot holding its block container: a hash set of 16-bit offsets
+ * Layout.  Chunks: one open-addressing table keyed by (relation fork, chunk
+ * number), load <= 1/2, 32-byte slots, so that a block reference finds its
+ * chunk in one probe without going through its fork first.  Each slot holds
+ * its part of the fork's limit (offsets it no longer stores) and its block
+ * container: a hash set of 16-bit offsets
  * (0xFFFF marks an empty slot, so offset 0xFFFF itself is a flag), load <=
  * 3/4, doubling from 8 slots, or an 8 KB bitmap past kSparseMaxBlocks.
+ * Forks: a dense array (index = order of first appearance) and an
+ * open-addressing table of indexes (load <= 1/2), used only by a chunk's
+ * first block, by limits and by the cursor; a fork knows its highest chunk,
+ * so lowering its limit visits only the chunks it can reach.
  * Every growth allocates the new storage first and frees the old one after,
  * so a refused allocation leaves the set as it was.
  */
@@ -25,18 +30,23 @@ namespace ptrack {
 struct ChangeSet::Fork {
     RelFork rel;
     BlockNumber limit;
+    uint32_t chunk_end; /* highest chunk number in the table + 1, 0: none */
 };
 
 struct ChangeSet::Chunk {
-    uint32_t fork_plus1; /* 0: empty slot */
-    uint32_t chunk;
-    uint32_t count;      /* distinct blocks */
-    uint8_t log2;        /* sparse: 1 << log2 slots */
-    uint8_t bitmap;      /* data is kChunkWords words */
-    uint8_t has_last;    /* sparse: offset 0xFFFF is in the set */
-    uint8_t unused;
-    void* data;
+    uint32_t spc_oid;     /* the key: relation fork and chunk number */
+    uint32_t db_oid;
+    uint32_t relfilenode;
+    uint16_t chunk;       /* block >> kChunkShift fits 16 bits */
+    uint8_t fork;
+    uint8_t log2;         /* sparse: 1 << log2 slots; 0: data is an 8 KB bitmap */
+    uint32_t count : 31;  /* distinct blocks */
+    uint32_t has_last : 1; /* sparse: offset 0xFFFF is in the set */
+    uint32_t limit;       /* offsets >= limit are covered by the fork's limit: not stored */
+    void* data;           /* nullptr: empty slot */
 };
+static_assert(sizeof(ChangeSet::Chunk) == 32, "two chunk slots a cache line");
+static_assert(kMaxChunk <= UINT16_MAX, "a chunk number fits the slot");
 
 namespace {
 
@@ -53,17 +63,44 @@ static_assert((1u << kLastLog2) / 4 * 3 == kSparseMaxBlocks, "the sparse set tur
 constexpr uint32_t kFirstForks = 64;
 constexpr uint64_t kFirstChunkSlots = 256;
 constexpr size_t kBitmapBytes = kChunkWords * sizeof(uint64_t);
-/* Chunks one WAL record may add or turn into bitmaps (32 block references, each with its VM block). */
-constexpr size_t kRecordReserve = 64 * kBitmapBytes;
+/* Chunks one WAL record (32 block references, each with its VM block) or one add_blocks() batch may add or turn into bitmaps. */
+constexpr size_t kRecordReserve = kMaxBatch * kBitmapBytes;
 
 inline uint32_t sparse_home(uint32_t offset, uint8_t log2) noexcept
 {
     return (offset * 0x9E3779B1u) >> (32 - log2);
 }
 
-inline uint64_t chunk_home(uint32_t fork, uint32_t chunk, uint64_t slots) noexcept
+inline uint64_t chunk_home(const RelFork& rel, uint32_t chunk, uint64_t slots) noexcept
 {
-    return mix64((uint64_t{fork} << 32) | chunk) & (slots - 1);
+    const uint64_t a = (uint64_t{rel.spc_oid} << 32) | rel.db_oid;
+    const uint64_t b = (uint64_t{rel.relfilenode} << 32) | (uint64_t{chunk} << 8) | rel.fork;
+    return mix64(b ^ (a * 0x9E3779B97F4A7C15ULL)) & (slots - 1);
+}
+
+inline bool chunk_is(const ChangeSet::Chunk& c, const RelFork& rel, uint32_t chunk) noexcept
+{
+    return c.relfilenode == rel.relfilenode && c.chunk == chunk && c.fork == rel.fork && c.db_oid == rel.db_oid &&
+           c.spc_oid == rel.spc_oid;
+}
+
+inline RelFork rel_of(const ChangeSet::Chunk& c) noexcept
+{
+    return RelFork{c.spc_oid, c.db_oid, c.relfilenode, c.fork};
+}
+
+/* The offsets of chunk `chunk` that a fork limit `limit` covers start here (kChunkBlocks: none). */
+inline uint32_t limit_in_chunk(BlockNumber limit, uint32_t chunk) noexcept
+{
+    const uint64_t base = uint64_t{chunk} << kChunkShift;
+    if (limit <= base)
+        return 0;
+    return static_cast<uint32_t>(std::min<uint64_t>(limit - base, kChunkBlocks));
+}
+
+inline size_t container_bytes(const ChangeSet::Chunk& c) noexcept
+{
+    return c.log2 == 0 ? kBitmapBytes : (size_t{1} << c.log2) * sizeof(uint16_t);
 }
 
 }  // namespace
@@ -161,23 +198,27 @@ bool ChangeSet::grow_forks() noexcept
     return true;
 }
 
-uint32_t ChangeSet::fork_index(const RelFork& rel) noexcept
+uint32_t ChangeSet::fork_find(const RelFork& rel) const noexcept
 {
-    if (fork_slot_count_ > 0) {
-        uint32_t h = static_cast<uint32_t>(hash_rel(rel)) & (fork_slot_count_ - 1);
-        for (;;) {
-            const uint32_t at = fork_slots_[h];
-            if (at == 0)
-                break;
-            if (forks_[at - 1].rel == rel)
-                return at - 1;
-            h = (h + 1) & (fork_slot_count_ - 1);
-        }
+    if (fork_slot_count_ == 0)
+        return UINT32_MAX;
+    uint32_t h = static_cast<uint32_t>(hash_rel(rel)) & (fork_slot_count_ - 1);
+    for (;;) {
+        const uint32_t at = fork_slots_[h];
+        if (at == 0)
+            return UINT32_MAX;
+        if (forks_[at - 1].rel == rel)
+            return at - 1;
+        h = (h + 1) & (fork_slot_count_ - 1);
     }
+}
+
+uint32_t ChangeSet::fork_insert(const RelFork& rel) noexcept
+{
     if (fork_count_ == fork_capacity_ && !grow_forks())
         return UINT32_MAX;
     const uint32_t index = fork_count_++;
-    forks_[index] = Fork{rel, kNoLimit};
+    forks_[index] = Fork{rel, kNoLimit, 0};
     uint32_t h = static_cast<uint32_t>(hash_rel(rel)) & (fork_slot_count_ - 1);
     while (fork_slots_[h] != 0)
         h = (h + 1) & (fork_slot_count_ - 1);
@@ -194,10 +235,10 @@ bool ChangeSet::grow_chunks() noexcept
     std::memset(static_cast<void*>(slots), 0, slot_count * sizeof(Chunk));
     for (uint64_t i = 0; i < chunk_slot_count_; ++i) {
         const Chunk& c = chunks_[i];
-        if (c.fork_plus1 == 0)
+        if (c.data == nullptr)
             continue;
-        uint64_t h = chunk_home(c.fork_plus1 - 1, c.chunk, slot_count);
-        while (slots[h].fork_plus1 != 0)
+        uint64_t h = chunk_home(rel_of(c), c.chunk, slot_count);
+        while (slots[h].data != nullptr)
             h = (h + 1) & (slot_count - 1);
         slots[h] = c;
     }
@@ -208,48 +249,25 @@ bool ChangeSet::grow_chunks() noexcept
     return true;
 }
 
-ChangeSet::Chunk* ChangeSet::chunk_of(uint32_t fork, uint32_t chunk) noexcept
+ChangeSet::Chunk* ChangeSet::chunk_find(const RelFork& rel, uint32_t chunk) noexcept
 {
-    if (chunk_slot_count_ > 0) {
-        uint64_t h = chunk_home(fork, chunk, chunk_slot_count_);
-        for (;;) {
-            Chunk& c = chunks_[h];
-            if (c.fork_plus1 == 0)
-                break;
-            if (c.fork_plus1 == fork + 1 && c.chunk == chunk)
-                return &c;
-            h = (h + 1) & (chunk_slot_count_ - 1);
-        }
-    }
-    /* A new chunk: its first set, then (if needed) a bigger table, so a refusal changes nothing. */
-    const size_t first_bytes = (size_t{1} << kFirstLog2) * sizeof(uint16_t);
-    void* data = allocate(first_bytes);
-    if (data == nullptr)
+    if (chunk_slot_count_ == 0)
         return nullptr;
-    if ((chunk_count_ + 1) * 2 > chunk_slot_count_ && !grow_chunks()) {
-        release(data, first_bytes);
-        return nullptr;
-    }
-    std::memset(data, 0xFF, first_bytes);
-    uint64_t h = chunk_home(fork, chunk, chunk_slot_count_);
-    while (chunks_[h].fork_plus1 != 0)
+    uint64_t h = chunk_home(rel, chunk, chunk_slot_count_);
+    for (;;) {
+        Chunk& c = chunks_[h];
+        if (c.data == nullptr)
+            return nullptr;
+        if (chunk_is(c, rel, chunk))
+            return &c;
         h = (h + 1) & (chunk_slot_count_ - 1);
-    Chunk& c = chunks_[h];
-    c.fork_plus1 = fork + 1;
-    c.chunk = chunk;
-    c.count = 0;
-    c.log2 = kFirstLog2;
-    c.bitmap = 0;
-    c.has_last = 0;
-    c.data = data;
-    ++chunk_count_;
-    return &c;
+    }
 }
 
 /* Adds `offset` to the chunk's container; false (nothing changed) after a refusal. */
 bool ChangeSet::add_to_chunk(Chunk* c, uint32_t offset) noexcept
 {
-    if (c->bitmap) {
+    if (c->log2 == 0) {
         uint64_t& word = static_cast<uint64_t*>(c->data)[offset >> 6];
         const uint64_t bit = uint64_t{1} << (offset & 63);
         if ((word & bit) == 0) {
@@ -300,7 +318,7 @@ bool ChangeSet::add_to_chunk(Chunk* c, uint32_t offset) noexcept
         words[offset >> 6] |= uint64_t{1} << (offset & 63);
         release(set, old_bytes);
         c->data = words;
-        c->bitmap = 1;
+        c->log2 = 0;
         c->has_last = 0;
     } else {
         const uint8_t log2 = static_cast<uint8_t>(c->log2 + 1);
@@ -331,38 +349,236 @@ bool ChangeSet::add_to_chunk(Chunk* c, uint32_t offset) noexcept
 AddResult ChangeSet::add_block(const RelFork& rel, BlockNumber block) noexcept
 {
     const uint32_t chunk = block >> kChunkShift;
-    if (!(rel == cache_rel_)) {
-        const uint32_t fork = fork_index(rel);
-        if (fork == UINT32_MAX)
-            return AddResult::kRefused;
-        cache_rel_ = rel;
-        cache_fork_ = fork;
-        cache_limit_ = forks_[fork].limit;
-        cache_ = nullptr;
-    }
-    if (block >= cache_limit_)
-        return done(); /* the fork's limit already lists it */
-    if (cache_ == nullptr || cache_chunk_ != chunk) {
-        Chunk* c = chunk_of(cache_fork_, chunk);
+    Chunk* c = cache_;
+    if (c == nullptr || cache_chunk_ != chunk || !(cache_rel_ == rel)) {
+        c = chunk_find(rel, chunk);
         if (c == nullptr)
-            return AddResult::kRefused;
+            return add_first_block(rel, block);
         cache_ = c;
+        cache_rel_ = rel;
         cache_chunk_ = chunk;
     }
-    if (!add_to_chunk(cache_, block & (kChunkBlocks - 1)))
+    const uint32_t offset = block & (kChunkBlocks - 1);
+    if (offset >= c->limit)
+        return done(); /* the fork's limit already lists it */
+    if (!add_to_chunk(c, offset))
         return AddResult::kRefused;
     return done();
 }
 
+AddResult ChangeSet::add_first_block(const RelFork& rel, BlockNumber block) noexcept
+{
+    const uint32_t chunk = block >> kChunkShift;
+    uint32_t fork = fork_find(rel);
+    if (fork != UINT32_MAX && block >= forks_[fork].limit)
+        return done(); /* the fork's limit already lists it */
+    /* Its first set, a bigger table if needed, then the fork: a refusal changes nothing. */
+    const size_t first_bytes = (size_t{1} << kFirstLog2) * sizeof(uint16_t);
+    void* data = allocate(first_bytes);
+    if (data == nullptr)
+        return AddResult::kRefused;
+    if ((chunk_count_ + 1) * 2 > chunk_slot_count_ && !grow_chunks()) {
+        release(data, first_bytes);
+        return AddResult::kRefused;
+    }
+    if (fork == UINT32_MAX && (fork = fork_insert(rel)) == UINT32_MAX) {
+        release(data, first_bytes);
+        return AddResult::kRefused;
+    }
+    std::memset(data, 0xFF, first_bytes);
+    uint64_t h = chunk_home(rel, chunk, chunk_slot_count_);
+    while (chunks_[h].data != nullptr)
+        h = (h + 1) & (chunk_slot_count_ - 1);
+    Chunk& c = chunks_[h];
+    c.spc_oid = rel.spc_oid;
+    c.db_oid = rel.db_oid;
+    c.relfilenode = rel.relfilenode;
+    c.chunk = static_cast<uint16_t>(chunk);
+    c.fork = rel.fork;
+    c.log2 = kFirstLog2;
+    c.count = 0;
+    c.has_last = 0;
+    c.limit = limit_in_chunk(forks_[fork].limit, chunk);
+    c.data = data;
+    ++chunk_count_;
+    Fork& f = forks_[fork];
+    if (chunk >= f.chunk_end)
+        f.chunk_end = chunk + 1;
+    cache_ = &c;
+    cache_rel_ = rel;
+    cache_chunk_ = chunk;
+    add_to_chunk(&c, block & (kChunkBlocks - 1)); /* an empty set of 8 slots takes it */
+    return done();
+}
+
+AddResult ChangeSet::add_blocks(const BlockRef* refs, uint32_t n) noexcept
+{
+    if (n > kMaxBatch)
+        return refuse(Refusal::kBatchTooLong);
+    /*
+     * Prefetch in two waves: every new (fork, chunk)'s table slot, then the
+     * line of its container the block lands on; then add in order.
+     */
+    if (chunk_slot_count_ > 0) {
+        uint64_t home[kMaxBatch];
+        for (uint32_t i = 0; i < n; ++i) {
+            const uint32_t chunk = refs[i].block >> kChunkShift;
+            if (i > 0 && chunk == refs[i - 1].block >> kChunkShift && refs[i].rel == refs[i - 1].rel) {
+                home[i] = UINT64_MAX;
+                continue;
+            }
+            home[i] = chunk_home(refs[i].rel, chunk, chunk_slot_count_);
+            __builtin_prefetch(&chunks_[home[i]]);
+        }
+        for (uint32_t i = 0; i < n; ++i) {
+            if (home[i] == UINT64_MAX)
+                continue;
+            const uint32_t chunk = refs[i].block >> kChunkShift;
+            for (uint64_t h = home[i];; h = (h + 1) & (chunk_slot_count_ - 1)) {
+                const Chunk& c = chunks_[h];
+                if (c.data == nullptr)
+                    break;
+                if (chunk_is(c, refs[i].rel, chunk)) {
+                    const uint32_t offset = refs[i].block & (kChunkBlocks - 1);
+                    const auto* line = static_cast<const uint8_t*>(c.data) +
+                                       (c.log2 == 0 ? (offset >> 6) * sizeof(uint64_t)
+                                                    : sparse_home(offset, c.log2) * sizeof(uint16_t));
+                    __builtin_prefetch(line, 1);
+                    break;
+                }
+            }
+        }
+    }
+    /* Each add, noting what it made new, so that a refusal can take it all back. */
+    struct Made {
+        uint32_t ref;
+        bool chunk;
+    };
+    Made made[kMaxBatch];
+    uint32_t made_count = 0;
+    const uint32_t forks_before = fork_count_;
+    AddResult result = AddResult::kOk;
+    for (uint32_t i = 0; i < n; ++i) {
+        const uint64_t blocks = block_count_, chunks = chunk_count_;
+        result = add_block(refs[i].rel, refs[i].block);
+        if (result == AddResult::kRefused) {
+            while (made_count > 0) {
+                const Made& m = made[--made_count];
+                undo_block(refs[m.ref].rel, refs[m.ref].block, m.chunk);
+            }
+            while (fork_count_ > forks_before)
+                remove_last_fork();
+            return result;
+        }
+        if (block_count_ != blocks)
+            made[made_count++] = Made{i, chunk_count_ != chunks};
+    }
+    return result;
+}
+
+namespace {
+
+/* Removes slot `at` of an open-addressing table with linear probing, moving back what its hole would hide. */
+template <class Slots, class IsEmpty, class Home, class Empty>
+void remove_slot(Slots* slots, uint64_t mask, uint64_t at, IsEmpty is_empty, Home home, Empty make_empty) noexcept
+{
+    uint64_t hole = at;
+    for (uint64_t j = (at + 1) & mask; !is_empty(slots[j]); j = (j + 1) & mask) {
+        const uint64_t k = home(slots[j]);
+        /* slots[j] may fill the hole unless its home lies cyclically in (hole, j]. */
+        const bool stays = hole <= j ? (hole < k && k <= j) : (hole < k || k <= j);
+        if (!stays) {
+            slots[hole] = slots[j];
+            hole = j;
+        }
+    }
+    make_empty(slots[hole]);
+}
+
+}  // namespace
+
+void ChangeSet::undo_block(const RelFork& rel, BlockNumber block, bool chunk_made) noexcept
+{
+    Chunk* c = chunk_find(rel, block >> kChunkShift);
+    const uint32_t offset = block & (kChunkBlocks - 1);
+    if (c->log2 == 0) {
+        static_cast<uint64_t*>(c->data)[offset >> 6] &= ~(uint64_t{1} << (offset & 63));
+    } else if (offset == kEmpty) {
+        c->has_last = 0;
+    } else {
+        auto* set = static_cast<uint16_t*>(c->data);
+        const uint32_t mask = (1u << c->log2) - 1;
+        const uint8_t log2 = c->log2;
+        uint32_t h = sparse_home(offset, log2);
+        while (set[h] != offset)
+            h = (h + 1) & mask;
+        remove_slot(
+            set, mask, h, [](uint16_t v) { return v == kEmpty; },
+            [log2](uint16_t v) { return uint64_t{sparse_home(v, log2)}; }, [](uint16_t& v) { v = kEmpty; });
+    }
+    --c->count;
+    --block_count_;
+    if (chunk_made)
+        remove_chunk(c);
+}
+
+void ChangeSet::remove_chunk(Chunk* c) noexcept
+{
+    release(c->data, container_bytes(*c));
+    const uint64_t slots = chunk_slot_count_;
+    remove_slot(
+        chunks_, slots - 1, static_cast<uint64_t>(c - chunks_), [](const Chunk& x) { return x.data == nullptr; },
+        [slots](const Chunk& x) { return chunk_home(rel_of(x), x.chunk, slots); }, [](Chunk& x) { x.data = nullptr; });
+    --chunk_count_;
+    cache_ = nullptr; /* slots moved */
+}
+
+void ChangeSet::remove_last_fork() noexcept
+{
+    const uint32_t index = fork_count_ - 1;
+    const uint32_t mask = fork_slot_count_ - 1;
+    uint32_t h = static_cast<uint32_t>(hash_rel(forks_[index].rel)) & mask;
+    while (fork_slots_[h] != index + 1)
+        h = (h + 1) & mask;
+    const Fork* forks = forks_;
+    remove_slot(
+        fork_slots_, mask, h, [](uint32_t v) { return v == 0; },
+        [forks, mask](uint32_t v) { return uint64_t{static_cast<uint32_t>(hash_rel(forks[v - 1].rel)) & mask}; },
+        [](uint32_t& v) { v = 0; });
+    --fork_count_;
+    cache_ = nullptr;
+}
+
+void ChangeSet::lower_chunk_limits(uint32_t fork, BlockNumber first) noexcept
+{
+    const Fork& f = forks_[fork];
+    const uint32_t from = first >> kChunkShift;
+    if (from >= f.chunk_end)
+        return;
+    if (f.chunk_end - from <= chunk_slot_count_ / 8) {
+        for (uint32_t n = from; n < f.chunk_end; ++n) {
+            Chunk* c = chunk_find(f.rel, n);
+            if (c != nullptr)
+                c->limit = std::min(c->limit, limit_in_chunk(first, n));
+        }
+        return;
+    }
+    for (uint64_t i = 0; i < chunk_slot_count_; ++i) {
+        Chunk& c = chunks_[i];
+        if (c.data != nullptr && c.chunk >= from && rel_of(c) == f.rel)
+            c.limit = std::min(c.limit, limit_in_chunk(first, c.chunk));
+    }
+}
+
 AddResult ChangeSet::add_limit(const RelFork& rel, BlockNumber first) noexcept
 {
-    const uint32_t fork = fork_index(rel);
-    if (fork == UINT32_MAX)
+    uint32_t fork = fork_find(rel);
+    if (fork == UINT32_MAX && (fork = fork_insert(rel)) == UINT32_MAX)
         return AddResult::kRefused;
-    if (first < forks_[fork].limit)
+    if (first < forks_[fork].limit) {
         forks_[fork].limit = first;
-    if (cache_rel_ == rel)
-        cache_limit_ = forks_[fork].limit;
+        lower_chunk_limits(fork, first);
+    }
     return done();
 }
 
@@ -391,10 +607,10 @@ void ChangeSet::clear() noexcept
 {
     for (uint64_t i = 0; i < chunk_slot_count_; ++i) {
         Chunk& c = chunks_[i];
-        if (c.fork_plus1 == 0)
+        if (c.data == nullptr)
             continue;
-        release(c.data, c.bitmap ? kBitmapBytes : (size_t{1} << c.log2) * sizeof(uint16_t));
-        c.fork_plus1 = 0;
+        release(c.data, container_bytes(c));
+        c.data = nullptr;
     }
     if (fork_slots_ != nullptr)
         std::memset(fork_slots_, 0, size_t{fork_slot_count_} * sizeof(uint32_t));
@@ -468,7 +684,7 @@ public:
     void or_chunk(ChunkBits* bits) noexcept override
     {
         const ChangeSet::Chunk* c = current;
-        if (c->bitmap) {
+        if (c->log2 == 0) {
             const auto* words = static_cast<const uint64_t*>(c->data);
             for (uint32_t i = 0; i < kChunkWords; ++i)
                 bits->words[i] |= words[i];
@@ -516,8 +732,8 @@ ChangeCursor* ChangeSet::open_cursor() noexcept
     uint64_t n = 0;
     for (uint64_t i = 0; i < chunk_slot_count_; ++i) {
         const Chunk& c = chunks_[i];
-        if (c.fork_plus1 != 0)
-            cursor->chunks[n++] = ChangeSetCursor::ChunkRef{(uint64_t{rank[c.fork_plus1 - 1]} << 32) | c.chunk, &c};
+        if (c.data != nullptr)
+            cursor->chunks[n++] = ChangeSetCursor::ChunkRef{(uint64_t{rank[fork_find(rel_of(c))]} << 32) | c.chunk, &c};
     }
     std::sort(cursor->chunks, cursor->chunks + n,
               [](const ChangeSetCursor::ChunkRef& a, const ChangeSetCursor::ChunkRef& b) { return a.key < b.key; });

@@ -1,5 +1,5 @@
 /*
- * summary_answer.cpp -- the cover rule, per-segment page bitmaps, counts and
+ * summary_answer.cpp -- per-segment page bitmaps, counts and
  * the combining of summaries; see ptrack/summary_answer.h.
  */
 #include "ptrack/summary_answer.h"
@@ -9,50 +9,6 @@
 #include "ptrack/pagemap.h"
 
 namespace ptrack {
-
-const char* describe_cover_status(CoverStatus status) noexcept
-{
-    switch (status) {
-    case CoverStatus::kOk: return "the summaries cover it";
-    case CoverStatus::kUnsorted: return "the change summaries overlap or are out of order";
-    case CoverStatus::kBeforeFirst: return "it is older than the oldest change summary kept";
-    case CoverStatus::kGap: return "a change summary is missing";
-    }
-    return "the change summaries are unusable";
-}
-
-CoverStatus select_summaries(const SummaryHeader* headers, size_t count, Lsn live_start, Lsn since, size_t* first,
-                             Lsn* broken_at) noexcept
-{
-    for (size_t i = 0; i < count; ++i)
-        if (headers[i].start_lsn >= headers[i].end_lsn || (i > 0 && headers[i].start_lsn < headers[i - 1].end_lsn)) {
-            *broken_at = headers[i].start_lsn;
-            return CoverStatus::kUnsorted;
-        }
-    if (count > 0 && live_start < headers[count - 1].end_lsn) {
-        *broken_at = live_start;
-        return CoverStatus::kUnsorted;
-    }
-    /* The first summary that ends after `since`: it and all later ones hold changes at or after it. */
-    size_t i = 0;
-    while (i < count && headers[i].end_lsn <= since)
-        ++i;
-    const Lsn begins = i < count ? headers[i].start_lsn : live_start;
-    if (begins > since) {
-        *broken_at = since;
-        /* Before the oldest summary, or in a hole between two. */
-        return i == 0 ? CoverStatus::kBeforeFirst : CoverStatus::kGap;
-    }
-    for (size_t j = i; j < count; ++j) {
-        const Lsn next = j + 1 < count ? headers[j + 1].start_lsn : live_start;
-        if (headers[j].end_lsn != next) {
-            *broken_at = headers[j].end_lsn;
-            return CoverStatus::kGap;
-        }
-    }
-    *first = i;
-    return CoverStatus::kOk;
-}
 
 SegmentPagemaps::SegmentPagemaps(uint32_t blocks_per_segment, ChunkBits* scratch, uint8_t* pagemap) noexcept
     : blocks_per_segment_(blocks_per_segment), scratch_(scratch), pagemap_(pagemap)
@@ -189,6 +145,8 @@ SummaryStatus summary_combine(const SummaryView* views, size_t count, SummaryCur
     SummaryHeader header = views[0].header;
     header.end_lsn = views[count - 1].header.end_lsn;
     header.timeline = views[count - 1].header.timeline;
+    /* The combined summary ends where the last one does: at a redo LSN if that one did. */
+    header.flags = views[count - 1].header.flags;
     return summary_write(header, merged, crc32c, crc32c_update, buffers, sink, written);
 }
 

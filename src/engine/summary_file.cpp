@@ -300,7 +300,7 @@ void encode_header(const SummaryHeader& h, uint32_t body_crc, Crc32cFn crc32c, u
     put<uint64_t>(out, kOffForkCount, h.fork_count);
     put<uint64_t>(out, kOffBlockCount, h.block_count);
     put<uint32_t>(out, kOffDatabaseCount, h.database_count);
-    put<uint32_t>(out, kOffFlags, 0);
+    put<uint32_t>(out, kOffFlags, h.flags);
     put<uint64_t>(out, kOffBodyBytes, h.body_bytes);
     put<uint32_t>(out, kOffBodyCrc, body_crc);
     put<uint32_t>(out, kOffHeaderCrc, crc32c(out, kOffHeaderCrc));
@@ -336,6 +336,8 @@ SummaryStatus summary_write(const SummaryHeader& header, ChangeCursor& source, C
 {
     if (header.start_lsn >= header.end_lsn)
         return SummaryStatus::kBadRange;
+    if ((header.flags & ~kSummaryKnownFlags) != 0)
+        return SummaryStatus::kBadVersion;
     if (buffers.buffer_bytes < kSummaryMinBuffer || buffers.buffer == nullptr || buffers.scratch == nullptr)
         return SummaryStatus::kBadBuffer;
     static_assert(kSummaryMinBuffer >= kMaxChunkBytes + kForkHeadBytes + 1, "a chunk fits the buffer");
@@ -435,8 +437,9 @@ SummaryStatus summary_read_header(const uint8_t* data, size_t length, Crc32cFn c
         return SummaryStatus::kBadVersion;
     if (get<uint32_t>(data, kOffHeaderCrc) != crc32c(data, kOffHeaderCrc))
         return SummaryStatus::kBadHeaderCrc;
-    /* A version-1 header with other sizes or flags: not a file this build wrote. */
-    if (get<uint32_t>(data, kOffHeaderBytes) != kSummaryHeaderBytes || get<uint32_t>(data, kOffFlags) != 0 ||
+    /* A version-1 header with another size or a flag this build does not know: not a file it can read. */
+    const uint32_t flags = get<uint32_t>(data, kOffFlags);
+    if (get<uint32_t>(data, kOffHeaderBytes) != kSummaryHeaderBytes || (flags & ~kSummaryKnownFlags) != 0 ||
         get<uint64_t>(data, kOffReserved) != 0)
         return SummaryStatus::kBadVersion;
     SummaryHeader h{};
@@ -445,6 +448,7 @@ SummaryStatus summary_read_header(const uint8_t* data, size_t length, Crc32cFn c
     h.system_identifier = get<uint64_t>(data, kOffSystemIdentifier);
     h.start_lsn = get<uint64_t>(data, kOffStartLsn);
     h.end_lsn = get<uint64_t>(data, kOffEndLsn);
+    h.flags = flags;
     h.fork_count = get<uint64_t>(data, kOffForkCount);
     h.block_count = get<uint64_t>(data, kOffBlockCount);
     h.database_count = get<uint32_t>(data, kOffDatabaseCount);

@@ -42,6 +42,7 @@ PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 #include "compat/compat.h"
 #include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
+#include "persist/summary_io.h"
 #include "core/shared_state.h"
 #include "sql/verify.h"
 
@@ -225,6 +226,8 @@ struct ConfiguredText {
 static ConfiguredText configured_texts[] = {{"ptrack.capture", NULL},
                                             {"ptrack.wal_wait_timeout", NULL},
                                             {"ptrack.verify_max_rate", NULL},
+                                            {"ptrack.wal_summary_keep_time", NULL},
+                                            {"ptrack.wal_summary_max_files", NULL},
                                             {"ptrack.use_segment_summary", NULL}};
 
 static void remember_configured_texts()
@@ -287,7 +290,8 @@ static void warn_unknown_settings()
                  map_size_mb == 0 ? errdetail("ptrack.map_size is 0, so change tracking is off.")
                                   : errdetail("ptrack.map_size is %d MB; change tracking is on.", map_size_mb),
                  errhint("Correct the name in the configuration. ptrack's parameters are ptrack.map_size, "
-                         "ptrack.capture, ptrack.wal_wait_timeout and ptrack.verify_max_rate.")));
+                         "ptrack.capture, ptrack.wal_wait_timeout, ptrack.wal_summary_keep_time, "
+                         "ptrack.wal_summary_max_files and ptrack.verify_max_rate.")));
     }
 }
 
@@ -349,6 +353,7 @@ void _PG_init(void)
                              "SHOW gives the source that runs.",
                              &capture_setting, kCaptureAuto, capture_options, PGC_POSTMASTER, 0, NULL, NULL, NULL);
     define_wal_follower_gucs();
+    define_summary_retention_gucs();
     define_verify_gucs();
     warn_unknown_settings();
     MarkGUCPrefixReserved("ptrack");

@@ -5,18 +5,24 @@
  * - what goes in comes out: after a random mix of blocks (sparse sets,
  *   bitmaps, offset 0xFFFF, runs), limits and databases, the cursor gives
  *   exactly the model's set, in the cursor order of ptrack/change_cursor.h;
- * - a block at or past its fork's limit is not stored; a lower limit wins;
+ * - a block at or past its fork's limit is not stored; a lower limit wins,
+ *   also for the chunks that were there before it (the cached one, far ones);
  * - the budget: a set near it answers kCutSoon before it ever refuses; a
  *   refused add (budget or a failing allocator, at every allocation in
  *   turn) leaves the contents as they were and says why; nothing is lost
  *   silently: every accepted block is read back;
  * - clear() empties and keeps the tables, reset() frees every byte the
- *   allocator gave.
+ *   allocator gave;
+ * - add_blocks() adds what add_block() on each reference adds, and a
+ *   refused batch (a failing allocator at every allocation in turn, the
+ *   budget, too many references) leaves no block, chunk or fork of itself.
  */
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "change_model.h"
 #include "ptrack/change_set.h"
@@ -137,6 +143,56 @@ TEST(ChangeSet, LimitsCoverBlocks)
     set.reset();
 }
 
+TEST(ChangeSet, LoweredLimitReachesEveryChunkOfTheFork)
+{
+    /* Chunks 0..9 and one far chunk: lowering the limit visits them one by one, or (far) scans the table. */
+    for (const uint32_t far : {10u, 5000u}) {
+        ChangeSet set(size_t{64} << 20);
+        Model model;
+        const RelFork other{1663, 5, 16385, kMainFork};
+        auto add = [&](const RelFork& r, BlockNumber b) {
+            ASSERT_NE(set.add_block(r, b), AddResult::kRefused);
+            model.block(r, b);
+        };
+        for (uint32_t n = 0; n < 10; ++n)
+            for (uint32_t k = 0; k < 3; ++k) {
+                add(kRel, (n << kChunkShift) + k * 1000);
+                add(other, (n << kChunkShift) + k * 1000);
+            }
+        add(kRel, (far << kChunkShift) + 7);
+        add(kRel, (3u << kChunkShift) + 5); /* the cached chunk is the one the limit cuts */
+        const BlockNumber limit = (3u << kChunkShift) + 1500;
+        ASSERT_NE(set.add_limit(kRel, limit), AddResult::kRefused);
+        model.limit(kRel, limit);
+        const uint64_t before = set.block_count();
+        const uint64_t chunks = set.chunk_count();
+        /* At or past the limit: nothing stored, in the cached chunk, the next ones, the far one, a new one. */
+        set.add_block(kRel, limit);
+        set.add_block(kRel, (3u << kChunkShift) + 60000);
+        for (uint32_t n = 4; n < 10; ++n)
+            set.add_block(kRel, (n << kChunkShift) + 1600);
+        set.add_block(kRel, (far << kChunkShift) + 8);
+        set.add_block(kRel, (far + 1) << kChunkShift);
+        set.add_block(kRel, 0xFFFFFFFEu);
+        EXPECT_EQ(set.block_count(), before) << "a block past the limit was stored (far chunk " << far << ")";
+        EXPECT_EQ(set.chunk_count(), chunks);
+        /* Below it, and in the other fork, blocks are still stored. */
+        add(kRel, limit - 1);
+        add(kRel, (2u << kChunkShift) + 60000);
+        add(other, (5u << kChunkShift) + 1600);
+        EXPECT_EQ(set.block_count(), before + 3);
+        EXPECT_EQ(difference(model.normalized(), contents(set)), "") << "far chunk " << far;
+        /* A lower limit again, to 0: the fork keeps no chunk open to new blocks. */
+        ASSERT_NE(set.add_limit(kRel, 0), AddResult::kRefused);
+        model.limit(kRel, 0);
+        set.add_block(kRel, 1);
+        set.add_block(kRel, (far << kChunkShift) + 9);
+        EXPECT_EQ(set.block_count(), before + 3);
+        EXPECT_EQ(difference(model.normalized(), contents(set)), "") << "far chunk " << far;
+        set.reset();
+    }
+}
+
 TEST(ChangeSet, ClearEmptiesAndResetFreesEverything)
 {
     TestAllocator allocator;
@@ -253,6 +309,169 @@ TEST(ChangeSet, AllocationFailureLeavesTheSetAsItWas)
         EXPECT_EQ(allocator.live_bytes, 0u);
     }
     EXPECT_GT(refusals, 10u) << "the failing allocations were never reached";
+}
+
+namespace {
+
+/* A batch of 1..kMaxBatch references: runs, scattered blocks over new forks and chunks, offset 0xFFFF, repeats. */
+std::vector<BlockRef> random_batch(uint64_t& state)
+{
+    auto next = [&state]() {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        return state >> 20;
+    };
+    std::vector<BlockRef> refs;
+    const uint32_t n = 1 + static_cast<uint32_t>(next() % kMaxBatch);
+    while (refs.size() < n) {
+        const RelFork r{1663, 5, 16384 + static_cast<uint32_t>(next() % 300), static_cast<uint8_t>(next() % 3)};
+        const uint64_t kind = next() % 10;
+        if (kind < 3 && !refs.empty()) {
+            refs.push_back(refs[next() % refs.size()]); /* a repeat */
+        } else if (kind < 5) {
+            const uint32_t start = static_cast<uint32_t>(next() % 200000);
+            for (uint32_t b = start; b < start + 6 && refs.size() < n; ++b)
+                refs.push_back(BlockRef{r, b});
+        } else {
+            const uint32_t chunk = static_cast<uint32_t>(next() % 8);
+            const uint32_t offset = next() % 16 == 0 ? 0xFFFF : static_cast<uint32_t>(next() % kChunkBlocks);
+            refs.push_back(BlockRef{r, (chunk << kChunkShift) | offset});
+        }
+    }
+    return refs;
+}
+
+struct Counts {
+    uint64_t blocks, chunks;
+    uint32_t forks;
+    bool operator==(const Counts& o) const
+    {
+        return blocks == o.blocks && chunks == o.chunks && forks == o.forks;
+    }
+};
+
+Counts counts(const ChangeSet& set)
+{
+    return Counts{set.block_count(), set.chunk_count(), set.fork_count()};
+}
+
+}  // namespace
+
+TEST(ChangeSet, BatchAddsWhatSingleAddsAdd)
+{
+    ChangeSet batched(size_t{64} << 20), single(size_t{64} << 20);
+    Model model;
+    uint64_t state = 5;
+    for (uint32_t round = 0; round < 3000; ++round) {
+        const std::vector<BlockRef> refs = random_batch(state);
+        if (round % 97 == 0) {
+            /* Limits too: the batch must skip what they cover, as add_block() does. */
+            const RelFork r = refs[0].rel;
+            const BlockNumber limit = refs[0].block / 2;
+            batched.add_limit(r, limit);
+            single.add_limit(r, limit);
+            model.limit(r, limit);
+        }
+        ASSERT_NE(batched.add_blocks(refs.data(), static_cast<uint32_t>(refs.size())), AddResult::kRefused);
+        for (const BlockRef& ref : refs) {
+            ASSERT_NE(single.add_block(ref.rel, ref.block), AddResult::kRefused);
+            model.block(ref.rel, ref.block);
+        }
+        ASSERT_TRUE(counts(batched) == counts(single)) << "round " << round << ": " << batched.block_count()
+                                                       << " blocks batched, " << single.block_count() << " single";
+    }
+    EXPECT_EQ(difference(model.normalized(), contents(batched)), "");
+    batched.reset();
+    single.reset();
+}
+
+TEST(ChangeSet, BatchTooLongIsRefusedWhole)
+{
+    ChangeSet set(ChangeSet::kMinBudget);
+    std::vector<BlockRef> refs;
+    for (uint32_t i = 0; i <= kMaxBatch; ++i)
+        refs.push_back(BlockRef{kRel, i * 1000});
+    EXPECT_EQ(set.add_blocks(refs.data(), kMaxBatch + 1), AddResult::kRefused);
+    EXPECT_EQ(set.last_refusal(), Refusal::kBatchTooLong);
+    EXPECT_TRUE(set.empty());
+    EXPECT_EQ(set.add_blocks(refs.data(), kMaxBatch), AddResult::kOk);
+    EXPECT_EQ(set.block_count(), uint64_t{kMaxBatch});
+    set.reset();
+}
+
+/* Feeds batches until one is refused; checks that a refused batch left nothing of itself. */
+void refused_batch_leaves_nothing(ChangeSet& set, uint64_t seed, uint32_t max_rounds, Refusal why, uint64_t* refusals,
+                                  const std::string& what)
+{
+    Model accepted;
+    std::vector<BlockRef> all;
+    uint64_t state = seed;
+    for (uint32_t round = 0; round < max_rounds; ++round) {
+        const std::vector<BlockRef> refs = random_batch(state);
+        const Counts before = counts(set);
+        const AddResult result = set.add_blocks(refs.data(), static_cast<uint32_t>(refs.size()));
+        if (result != AddResult::kRefused) {
+            for (const BlockRef& ref : refs)
+                accepted.block(ref.rel, ref.block);
+            all.insert(all.end(), refs.begin(), refs.end());
+            continue;
+        }
+        ++*refusals;
+        EXPECT_EQ(set.last_refusal(), why) << what;
+        const Counts after = counts(set);
+        EXPECT_TRUE(after == before) << what << ", round " << round << ": refused batch of " << refs.size()
+                                     << " left " << after.blocks << " blocks, " << after.chunks << " chunks, "
+                                     << after.forks << " forks; before " << before.blocks << ", " << before.chunks
+                                     << ", " << before.forks;
+        /* Taking the batch back left every table findable: adding the accepted blocks again adds nothing. */
+        for (const BlockRef& ref : all)
+            set.add_block(ref.rel, ref.block);
+        EXPECT_TRUE(counts(set) == before) << what << ": an accepted block was lost from its table by the refusal";
+        if (why == Refusal::kAllocation) {
+            /* The allocator works again: the same batch goes in whole. */
+            EXPECT_NE(set.add_blocks(refs.data(), static_cast<uint32_t>(refs.size())), AddResult::kRefused) << what;
+            for (const BlockRef& ref : refs)
+                accepted.block(ref.rel, ref.block);
+        }
+        break;
+    }
+    /* What was accepted reads back, nothing of a refused batch does; then it works again after clear(). */
+    EXPECT_EQ(difference(accepted.normalized(), contents(set)), "") << what;
+    set.clear();
+    EXPECT_NE(set.add_block(kRel, 1), AddResult::kRefused) << what;
+}
+
+TEST(ChangeSet, RefusedBatchLeavesTheSetAsItWas)
+{
+    /* Allocation failures: count a run's allocations, then fail each of them in turn. */
+    TestAllocator counting;
+    {
+        ChangeSet set(size_t{64} << 20, counting);
+        uint64_t refusals = 0;
+        refused_batch_leaves_nothing(set, 21, 300, Refusal::kAllocation, &refusals, "counting");
+        EXPECT_EQ(refusals, 0u);
+        set.reset();
+    }
+    const uint64_t total = counting.calls;
+    ASSERT_GT(total, 100u);
+    uint64_t refusals = 0;
+    for (uint64_t fail_at = 0; fail_at < total; fail_at += 1 + fail_at / 16) {
+        TestAllocator allocator;
+        allocator.fail_at = fail_at;
+        ChangeSet set(size_t{64} << 20, allocator);
+        const uint64_t before = refusals;
+        refused_batch_leaves_nothing(set, 21, 300, Refusal::kAllocation, &refusals,
+                                     "allocation " + std::to_string(fail_at) + " failed");
+        EXPECT_EQ(refusals, before + 1) << "allocation " << fail_at << " never failed an add";
+        allocator.fail_at = ~uint64_t{0};
+        set.reset();
+        EXPECT_EQ(allocator.live_bytes, 0u);
+    }
+    /* The budget: batches into a small set until one does not fit. */
+    ChangeSet small(ChangeSet::kMinBudget);
+    refusals = 0;
+    refused_batch_leaves_nothing(small, 23, 1000000, Refusal::kBudget, &refusals, "budget");
+    EXPECT_EQ(refusals, 1u) << "the budget never refused a batch";
+    small.reset();
 }
 
 TEST(ChangeSet, CursorAllocationFailureIsReported)

@@ -2,16 +2,15 @@
  * t/unit/summary_answer_test.cpp -- proves the answers from summaries
  * (ptrack/summary_answer.h):
  *
- * - the cover rule: which summaries answer L, and a refusal naming the
- *   first uncovered LSN when L is older than the oldest summary, when a
- *   summary is missing (between two, or before the in-memory set), or when
- *   the list overlaps; L on a boundary takes only the later summaries;
+ * (which summaries answer L: t/unit/summary_chain_test.cpp)
  * - the union of three summaries and an in-memory set through MergeCursor
  *   is exactly the union of the models; per segment file, SegmentPagemaps
  *   gives exactly the union's blocks of that segment, for 1 GB segments
  *   and for a segment size that does not divide the chunk;
  * - combining three adjacent summaries gives one file of their whole range
- *   that reads as their union; non-adjacent ones are refused;
+ *   that reads as their union, flagged as the last one (kSummaryEndsAtRedo
+ *   kept when the last ends at a redo LSN, not taken from an earlier one);
+ *   non-adjacent ones are refused;
  * - count_changes() counts the union.
  */
 #include <gtest/gtest.h>
@@ -51,7 +50,10 @@ SummaryHeader range(Lsn start, Lsn end)
 
 using Buffers = ptrack_test::SummaryBuffers;
 
-/* Three summaries of [100, 200), [200, 300), [300, 400) and an in-memory set from 400, with their models. */
+/*
+ * Three summaries of [100, 200), [200, 300), [300, 400) and an in-memory set
+ * from 400, with their models; the first and the last end at a redo LSN.
+ */
 struct History {
     std::vector<std::vector<uint8_t>> files;
     std::vector<SummaryView> views;
@@ -62,6 +64,7 @@ struct History {
     History()
     {
         const Lsn bounds[] = {100, 200, 300, 400};
+        const uint32_t flags[] = {kSummaryEndsAtRedo, 0, kSummaryEndsAtRedo};
         for (int i = 0; i < 3; ++i) {
             ChangeSet set(size_t{64} << 20);
             Model m;
@@ -69,8 +72,9 @@ struct History {
             Buffers b;
             MemorySink sink;
             ChangeCursor* c = set.open_cursor();
-            EXPECT_EQ(summary_write(range(bounds[i], bounds[i + 1]), *c, bitwise_crc32c, oracle_update, b.get(),
-                                    sink, nullptr),
+            SummaryHeader h = range(bounds[i], bounds[i + 1]);
+            h.flags = flags[i];
+            EXPECT_EQ(summary_write(h, *c, bitwise_crc32c, oracle_update, b.get(), sink, nullptr),
                       SummaryStatus::kOk);
             set.close_cursor(c);
             set.reset();
@@ -99,44 +103,6 @@ std::vector<uint32_t> model_segment(const ptrack_test::ForkModel& f, uint32_t se
 }
 
 }  // namespace
-
-TEST(SummaryAnswer, CoverRule)
-{
-    const SummaryHeader h[] = {range(100, 200), range(200, 300), range(300, 400)};
-    size_t first = 99;
-    Lsn broken = 0;
-    EXPECT_EQ(select_summaries(h, 3, 400, 100, &first, &broken), CoverStatus::kOk);
-    EXPECT_EQ(first, 0u);
-    EXPECT_EQ(select_summaries(h, 3, 400, 250, &first, &broken), CoverStatus::kOk);
-    EXPECT_EQ(first, 1u);
-    /* L on a boundary: the summary ending there holds nothing at or after L. */
-    EXPECT_EQ(select_summaries(h, 3, 400, 200, &first, &broken), CoverStatus::kOk);
-    EXPECT_EQ(first, 1u);
-    EXPECT_EQ(select_summaries(h, 3, 400, 400, &first, &broken), CoverStatus::kOk);
-    EXPECT_EQ(first, 3u);
-    EXPECT_EQ(select_summaries(h, 3, 400, 450, &first, &broken), CoverStatus::kOk);
-    EXPECT_EQ(first, 3u);
-    EXPECT_EQ(select_summaries(h, 3, 400, 99, &first, &broken), CoverStatus::kBeforeFirst);
-    EXPECT_EQ(broken, 99u);
-    EXPECT_EQ(select_summaries(h, 0, 400, 399, &first, &broken), CoverStatus::kBeforeFirst);
-    /* The in-memory set starts later than the last summary ends: [400, 420) is covered by none. */
-    EXPECT_EQ(select_summaries(h, 3, 420, 150, &first, &broken), CoverStatus::kGap);
-    EXPECT_EQ(broken, 400u);
-    /* The middle summary missing. */
-    const SummaryHeader holed[] = {range(100, 200), range(300, 400)};
-    EXPECT_EQ(select_summaries(holed, 2, 400, 150, &first, &broken), CoverStatus::kGap);
-    EXPECT_EQ(broken, 200u);
-    EXPECT_EQ(select_summaries(holed, 2, 400, 250, &first, &broken), CoverStatus::kGap);
-    EXPECT_EQ(broken, 250u);
-    EXPECT_EQ(select_summaries(holed, 2, 400, 300, &first, &broken), CoverStatus::kOk);
-    EXPECT_EQ(first, 1u);
-    /* Overlapping or out of order; an in-memory set starting inside the last summary. */
-    const SummaryHeader overlapping[] = {range(100, 250), range(200, 300)};
-    EXPECT_EQ(select_summaries(overlapping, 2, 300, 150, &first, &broken), CoverStatus::kUnsorted);
-    EXPECT_EQ(select_summaries(h, 3, 350, 150, &first, &broken), CoverStatus::kUnsorted);
-    for (int s = 0; s <= static_cast<int>(CoverStatus::kGap); ++s)
-        EXPECT_STRNE(describe_cover_status(static_cast<CoverStatus>(s)), "the change summaries are unusable");
-}
 
 TEST(SummaryAnswer, UnionOfSummariesAndTheLiveSet)
 {
@@ -234,9 +200,11 @@ TEST(SummaryAnswer, CombineAdjacentSummaries)
               SummaryStatus::kOk);
     EXPECT_EQ(written.start_lsn, 100u);
     EXPECT_EQ(written.end_lsn, 400u);
+    EXPECT_EQ(written.flags, kSummaryEndsAtRedo);
     SummaryView view{};
     ASSERT_EQ(summary_open(sink.bytes.data(), sink.bytes.size(), kSystem, kPg, bitwise_crc32c, &view),
               SummaryStatus::kOk);
+    EXPECT_EQ(view.header.flags, kSummaryEndsAtRedo) << "the last input ends at a redo LSN";
     SummaryCursor combined(view);
     EXPECT_EQ(difference(expected, read_cursor(combined)), "");
     /* One file is smaller than the three: shared blocks are stored once. */
@@ -250,6 +218,16 @@ TEST(SummaryAnswer, CombineAdjacentSummaries)
     EXPECT_EQ(summary_combine(apart, 2, c2, s2, bitwise_crc32c, oracle_update, b.get(), other, nullptr),
               SummaryStatus::kBadRange);
     EXPECT_TRUE(other.bytes.empty());
+
+    /* The first two: the first's flag is a boundary inside, lost; the second ends at no redo LSN. */
+    MemorySink front;
+    ASSERT_EQ(summary_combine(history.views.data(), 2, c2, s2, bitwise_crc32c, oracle_update, b.get(), front,
+                              &written),
+              SummaryStatus::kOk);
+    EXPECT_EQ(written.end_lsn, 300u);
+    ASSERT_EQ(summary_open(front.bytes.data(), front.bytes.size(), kSystem, kPg, bitwise_crc32c, &view),
+              SummaryStatus::kOk);
+    EXPECT_EQ(view.header.flags, 0u) << "the flag comes from the last input only";
 }
 
 TEST(SummaryAnswer, CountChanges)

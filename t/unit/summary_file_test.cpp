@@ -10,7 +10,10 @@
  * - every way a file can be wrong gives its own status: bad magic,
  *   version, header CRC, range, another cluster, another server version,
  *   truncation and extension at every length, body CRC, forks or databases
- *   out of order, undecodable records, counts that do not add up;
+ *   out of order, undecodable records, counts that do not add up, a flag
+ *   this build does not know;
+ * - the flags: kSummaryEndsAtRedo round-trips (header and summary_open());
+ *   the writer refuses an unknown flag and writes nothing;
  * - fuzzing: random byte changes, with the CRCs recomputed so that the
  *   structure checks are what stands between the damage and the reader,
  *   never crash the validator, and a file it accepts reads without
@@ -135,6 +138,40 @@ TEST(SummaryFile, RoundTrip)
     }
 }
 
+TEST(SummaryFile, FlagsRoundTripAndUnknownOnesAreRefused)
+{
+    ChangeSet set(ChangeSet::kMinBudget);
+    Model model;
+    small_set(set, model);
+    for (const uint32_t flags : {0u, kSummaryEndsAtRedo}) {
+        Buffers b;
+        MemorySink sink;
+        SummaryHeader h = header_for(0x1000000, 0x2000000);
+        h.flags = flags;
+        ChangeCursor* c = set.open_cursor();
+        SummaryHeader written{};
+        ASSERT_EQ(summary_write(h, *c, bitwise_crc32c, oracle_update, b.get(), sink, &written), SummaryStatus::kOk);
+        set.close_cursor(c);
+        EXPECT_EQ(written.flags, flags);
+        SummaryView view{};
+        ASSERT_EQ(open(sink.bytes, &view), SummaryStatus::kOk);
+        EXPECT_EQ(view.header.flags, flags);
+        SummaryHeader read{};
+        ASSERT_EQ(summary_read_header(sink.bytes.data(), sink.bytes.size(), bitwise_crc32c, &read),
+                  SummaryStatus::kOk);
+        EXPECT_EQ(read.flags, flags);
+    }
+    Buffers b;
+    MemorySink sink;
+    SummaryHeader h = header_for(0x1000000, 0x2000000);
+    h.flags = kSummaryEndsAtRedo | 4u;
+    ChangeCursor* c = set.open_cursor();
+    EXPECT_EQ(summary_write(h, *c, bitwise_crc32c, oracle_update, b.get(), sink, nullptr), SummaryStatus::kBadVersion);
+    set.close_cursor(c);
+    EXPECT_TRUE(sink.bytes.empty()) << "nothing written for an unknown flag";
+    set.reset();
+}
+
 TEST(SummaryFile, EveryEncodingAndLimitsLeaveBlocksOut)
 {
     ChangeSet set(ChangeSet::kMinBudget);
@@ -211,7 +248,9 @@ TEST(SummaryFile, EachDamageHasItsStatus)
     EXPECT_EQ(damaged([](auto& f) { f[0] ^= 1; }), SummaryStatus::kBadMagic);
     EXPECT_EQ(damaged([](auto& f) { f[8] = 2; }), SummaryStatus::kBadVersion);
     EXPECT_EQ(damaged([](auto& f) { f[30] ^= 1; }), SummaryStatus::kBadHeaderCrc);
-    EXPECT_EQ(damaged([](auto& f) { f[68] = 1; reseal(f); }), SummaryStatus::kBadVersion); /* unknown flag */
+    EXPECT_EQ(damaged([](auto& f) { f[68] = 2; reseal(f); }), SummaryStatus::kBadVersion); /* unknown flag */
+    EXPECT_EQ(damaged([](auto& f) { f[71] = 0x80; reseal(f); }), SummaryStatus::kBadVersion);
+    EXPECT_EQ(damaged([](auto& f) { f[68] = 1; reseal(f); }), SummaryStatus::kOk); /* kSummaryEndsAtRedo */
     EXPECT_EQ(damaged([](auto& f) { std::memcpy(f.data() + 40, f.data() + 32, 8); reseal(f); }),
               SummaryStatus::kBadRange);
     EXPECT_EQ(damaged([](auto& f) { f[24] ^= 1; reseal(f); }), SummaryStatus::kOtherSystem);

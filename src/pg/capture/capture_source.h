@@ -88,6 +88,16 @@ struct CaptureSourceOps {
      */
     void (*wait_until_fresh)();
     /*
+     * Where the answers come from, in a backend after wait_until_fresh:
+     * false, the map (hooks; wal with ptrack.wal_answer_source = map); true,
+     * the summary files (persist/summary_io.h), and *summarized is the end
+     * of the newest one (0: none yet).  With `cut`, first has the follower
+     * write every change recorded so far into a summary, so that the files
+     * hold every change made before the call (wal: the cut handshake of
+     * FollowerProgress).  C-style frames; may ERROR.
+     */
+    bool (*summaries)(bool cut, Lsn* summarized);
+    /*
      * ptrack_verify()'s re-check: the marks of writes already on disk have
      * arrived (hooks: the marks in progress have ended; wal: as above).
      * With `verify_pauses_first`, the first round of re-checks pauses before

@@ -77,6 +77,19 @@ struct Growth {
 HTAB* sizes = nullptr;
 uint32_t walk_number = 0;
 
+/* Growth a walk saw that no summary holds at its date yet (file_growth.h, growth_set_recorder()). */
+struct PendingGrowth {
+    RelFork rel;
+    uint32_t segno;
+    uint32_t from; /* the segment's size in blocks before the growth */
+    Lsn lsn;       /* its date: the walk's LSN, or a later cut's */
+    bool recorded; /* in the recorder's current set */
+};
+GrowthRecorder recorder = nullptr;
+PendingGrowth* pending = nullptr; /* TopMemoryContext, grown by doubling */
+uint32_t pending_count = 0;
+uint32_t pending_capacity = 0;
+
 /* The entry growth_block_referenced() used last (consecutive references hit the same segment). */
 SizeEntry* last_entry = nullptr;
 
@@ -98,7 +111,7 @@ struct WalkState {
     uint32_t count;
     uint32_t capacity;
 };
-PTRACK_FRAME_SAFE(SegmentKey, SizeEntry, SizeRecord, Growth, WalkState, RelationFile);
+PTRACK_FRAME_SAFE(SegmentKey, SizeEntry, SizeRecord, Growth, WalkState, RelationFile, PendingGrowth);
 PTRACK_FRAME_SAFE(Map::SegmentRef);
 PTRACK_ENGINE_NOEXCEPT(&Map::segment_ref, &Map::mark_in_segment, &Map::block_changed, &hash_rel);
 
@@ -218,6 +231,26 @@ WalkState walk_files(bool baseline)
     return walk;
 }
 
+/* The growth of a walk dated `lsn`, given to the recorder and kept pending (file_growth.h). */
+void record_growth(const WalkState& walk, Lsn lsn)
+{
+    if (recorder == nullptr)
+        return;
+    for (uint32_t i = 0; i < walk.count; ++i) {
+        const Growth& g = walk.growth[i];
+        if (pending_count == pending_capacity) {
+            const uint32_t capacity = pending_capacity == 0 ? 64 : pending_capacity * 2;
+            const MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+            pending = static_cast<PendingGrowth*>(pending == nullptr ? palloc(capacity * sizeof(PendingGrowth))
+                                                                     : repalloc(pending, capacity * sizeof(PendingGrowth)));
+            MemoryContextSwitchTo(old);
+            pending_capacity = capacity;
+        }
+        const BlockNumber first = g.segno * static_cast<BlockNumber>(RELSEG_SIZE) + g.from;
+        pending[pending_count++] = PendingGrowth{g.rel, g.segno, g.from, lsn, recorder(g.rel, first, lsn)};
+    }
+}
+
 /* Marks the growth `walk` collected in `target` at `lsn` (see growth_walk()); frees it; returns the blocks marked. */
 uint64_t mark_growth(WalkState walk, Map* target, Lsn lsn, Lsn skip_marked_since)
 {
@@ -278,6 +311,7 @@ void growth_create()
 void growth_reset()
 {
     last_entry = nullptr;
+    pending_count = 0; /* the sizes they lowered are gone: a baseline or a load follows */
     HASH_SEQ_STATUS status;
     hash_seq_init(&status, sizes);
     while (auto* entry = static_cast<SizeEntry*>(hash_seq_search(&status)))
@@ -301,8 +335,36 @@ Lsn growth_walk(bool baseline, Lsn skip_marked_since)
     /* Read after every stat(): no smaller than the WAL position when any growth seen here happened. */
     const Lsn lsn = RecoveryInProgress() ? Max(GetXLogReplayRecPtr(NULL), GetXLogInsertRecPtr())
                                          : GetXLogInsertRecPtr();
+    record_growth(walk, lsn);
     (void) mark_growth(walk, &map, lsn, skip_marked_since);
     return lsn;
+}
+
+void growth_set_recorder(GrowthRecorder fn)
+{
+    recorder = fn;
+    pending_count = 0;
+}
+
+void growth_replay_pending(Lsn cut_end)
+{
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < pending_count; ++i) {
+        PendingGrowth p = pending[i];
+        if (p.recorded && p.lsn < cut_end)
+            continue; /* the summary ending at cut_end holds it at its date */
+        if (!p.recorded && p.lsn < cut_end)
+            p.lsn = cut_end; /* in no summary: dated at the new set's start, later than it happened */
+        const BlockNumber first = p.segno * static_cast<BlockNumber>(RELSEG_SIZE) + p.from;
+        p.recorded = recorder != nullptr && recorder(p.rel, first, p.lsn);
+        pending[kept++] = p;
+    }
+    pending_count = kept;
+}
+
+uint32_t growth_pending_count()
+{
+    return pending_count;
 }
 
 const char* growth_mark_since_save(Lsn covered, Lsn lsn, Map* target, uint64_t* blocks)
@@ -371,7 +433,7 @@ bool growth_prepare_hooks_save(Lsn covered, Lsn loaded_covered)
     return ok;
 }
 
-void growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn lsn)
+BlockNumber growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn lsn)
 {
     const uint32_t segno = block / RELSEG_SIZE;
     const uint32_t offset = block % RELSEG_SIZE;
@@ -388,11 +450,13 @@ void growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn lsn)
         last_entry = entry;
     }
     if (offset < entry->nblocks)
-        return;
+        return block;
     const BlockNumber first = segno * static_cast<BlockNumber>(RELSEG_SIZE);
+    const BlockNumber gap = first + entry->nblocks;
     for (uint32_t b = entry->nblocks; b < offset; ++b)
         capture_block_at(rel, first + b, lsn);
     entry->nblocks = offset + 1;
+    return gap;
 }
 
 void growth_truncated(const RelFork& rel, BlockNumber nblocks)
@@ -425,6 +489,25 @@ bool growth_prepare_save(Lsn covered)
     const size_t bytes = kSizesHeaderBytes + static_cast<size_t>(count) * sizeof(SizeRecord);
     uint8_t* file = static_cast<uint8_t*>(palloc0(bytes));
     auto* records = reinterpret_cast<SizeRecord*>(file + kSizesHeaderBytes);
+    /*
+     * Pending growth (growth_set_recorder()) is saved as not seen yet: lowered
+     * here for the copy, restored below (in reverse, so a segment pending
+     * twice gets its own size back).
+     */
+    struct Lowered {
+        SizeEntry* entry;
+        uint32_t nblocks;
+    };
+    Lowered* lowered = static_cast<Lowered*>(palloc(Max(pending_count, 1u) * sizeof(Lowered)));
+    uint32_t lowered_count = 0;
+    for (uint32_t i = 0; i < pending_count; ++i) {
+        const SegmentKey key = key_of(pending[i].rel, pending[i].segno);
+        auto* entry = static_cast<SizeEntry*>(hash_search(sizes, &key, HASH_FIND, NULL));
+        if (entry == nullptr || entry->nblocks <= pending[i].from)
+            continue;
+        lowered[lowered_count++] = Lowered{entry, entry->nblocks};
+        entry->nblocks = pending[i].from;
+    }
     HASH_SEQ_STATUS status;
     hash_seq_init(&status, sizes);
     long n = 0;
@@ -432,6 +515,11 @@ bool growth_prepare_save(Lsn covered)
         const SegmentKey& k = entry->key;
         records[n++] = SizeRecord{k.spc_oid, k.db_oid, k.relfilenode, k.fork, k.segno, entry->nblocks};
     }
+    while (lowered_count > 0) {
+        --lowered_count;
+        lowered[lowered_count].entry->nblocks = lowered[lowered_count].nblocks;
+    }
+    pfree(lowered);
     uint8_t* header = file;
     memcpy(header, kSizesMagic, 8);
     const uint32_t version = kSizesVersion;

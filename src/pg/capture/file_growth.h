@@ -100,11 +100,12 @@ bool growth_prepare_hooks_save(Lsn covered, Lsn loaded_covered);
  * A WAL record ending at `lsn` references `block` of `rel`: the file had at
  * least block + 1 blocks before it, so blocks between the remembered size
  * and `block` were added before `lsn`: they are marked with it now, and the
- * remembered size grows.  This dates most extensions by the WAL (a new page
+ * remembered size grows.  Returns the first block so marked (`block` if
+ * none): the caller records [that, block) in its change set too.  This dates most extensions by the WAL (a new page
  * is WAL-logged when first used) instead of by the next walk, so a backup
  * started between an extension and that walk is not given those blocks.
  */
-void growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn lsn);
+BlockNumber growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn lsn);
 
 /* A WAL record cut `rel` to `nblocks` blocks (truncation; 0: created or dropped). */
 void growth_truncated(const RelFork& rel, BlockNumber nblocks);
@@ -122,6 +123,28 @@ void growth_database_replaced(uint32_t spc, uint32_t db);
  * an ERROR if the data directory cannot be read.
  */
 bool growth_save_before_recovery(Lsn redo);
+
+/*
+ * The WAL follower's change set (docs/design.md section 9).  A walk dates
+ * the growth it sees with the LSN read after it, P; that growth must end up
+ * in a summary whose end is > P, and the follower cuts summaries at LSNs
+ * it has applied, usually below P.  So each grown segment is given to
+ * `recorder` (as "every block from the old size on", at P) and kept as
+ * pending: after each cut at X, growth_replay_pending(X) forgets the
+ * entries the summary just written holds at their date (recorded, P < X)
+ * and gives the others to `recorder` again (an entry the recorder refused,
+ * its set being full, is dated X then: later is always safe).  And a save
+ * writes the sizes of pending segments as they were before that growth, so
+ * that after a crash, when the in-memory set is lost, the next walk sees
+ * the growth again.  The recorder returns false when it could not record.
+ * Without a recorder (the hooks source) nothing is pending.  Unlogged
+ * relations' files are never reported (they are not backed up).
+ */
+using GrowthRecorder = bool (*)(const RelFork& rel, BlockNumber first, Lsn lsn);
+void growth_set_recorder(GrowthRecorder recorder);
+void growth_replay_pending(Lsn cut_end);
+/* Pending growth entries (for the follower's log). */
+uint32_t growth_pending_count();
 
 /* Writes ptrack.sizes.new for a save complete up to `covered`; false on failure (WARNING logged). */
 bool growth_prepare_save(Lsn covered);

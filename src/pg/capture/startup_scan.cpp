@@ -237,7 +237,7 @@ bool segment_holds_wal(TimeLineID timeline, XLogSegNo segno, int segment_bytes)
 }  // namespace
 
 const char* scan_wal_at_startup(const ControlFileData& control, Lsn from, TimeLineID timeline, Map* map,
-                                StartupScan* scan)
+                                StartupScan* scan, ScanRecorder* recorder)
 {
     *scan = StartupScan{};
     const int segment_bytes = static_cast<int>(control.xlog_seg_size);
@@ -275,9 +275,17 @@ const char* scan_wal_at_startup(const ControlFileData& control, Lsn from, TimeLi
         }
         scan->start = begin;
         scan->end = begin;
+        if (recorder != nullptr)
+            recorder->begin(scanned_from(*scan, from, static_cast<uint32_t>(segment_bytes)));
         XLogBeginRead(reader, begin);
         while (why == nullptr && XLogReadRecord(reader, &errormsg) != NULL) {
             why = capture_wal_record(reader, sink);
+            /* At most twice: a recorder that made room for the record takes it, or gives up. */
+            for (int attempt = 0; why == nullptr && recorder != nullptr && attempt < 2; ++attempt) {
+                why = capture_wal_record(reader, *recorder);
+                if (why == nullptr && recorder->record_done(reader->EndRecPtr))
+                    break;
+            }
             scan->end = reader->EndRecPtr;
             scan->records++;
         }

@@ -26,6 +26,7 @@ extern "C" {
 #include "catalog/pg_control.h"
 }
 
+#include "capture/wal_records.h"
 #include "core/boundary.h"
 #include "ptrack/map.h"
 
@@ -42,6 +43,25 @@ struct StartupScan {
 PTRACK_FRAME_SAFE(StartupScan);
 
 /*
+ * A second destination for what the scan reads (the wal source records a
+ * restored backup's WAL as change summaries too: capture/wal/scan_summary.h).
+ * begin() is called once, with the first LSN the scan proves (the
+ * scanned_from() below), before any record; then every record is sent to
+ * the recorder after the map, and record_done() is called with the record's
+ * end LSN: true when the record is recorded, false when the recorder made
+ * room before it (it cut there) and wants it sent again.  A recorder that
+ * fails stops recording on its own and answers true; the map's scan goes on.
+ */
+class ScanRecorder : public WalChangeSink {
+public:
+    virtual void begin(Lsn first_proven) noexcept = 0;
+    virtual bool record_done(Lsn end) noexcept = 0;
+
+protected:
+    ~ScanRecorder() = default;
+};
+
+/*
  * In the postmaster, before any process starts: reads the WAL of timeline
  * `timeline` from pg_wal, from the first record at or after `from` to the
  * end of the valid WAL, and marks in `map` every block each record names (at
@@ -52,10 +72,12 @@ PTRACK_FRAME_SAFE(StartupScan);
  * newer timeline exists), with *scan filled; otherwise the reason it cannot
  * be proven, completing "... because ...": the caller must not trust the
  * map.  Raises no ERROR; reads at most the WAL recovery is about to replay
- * (plus whatever a standby received beyond it).
+ * (plus whatever a standby received beyond it).  `recorder`, if given, also
+ * receives every record read (ScanRecorder above); whether its recording is
+ * usable is its own to say, and only when this returns nullptr.
  */
 const char* scan_wal_at_startup(const ControlFileData& control, Lsn from, TimeLineID timeline, Map* map,
-                                StartupScan* scan);
+                                StartupScan* scan, ScanRecorder* recorder = nullptr);
 
 /*
  * Hooks, a base backup whose WAL pg_wal does not hold (it comes through

@@ -63,6 +63,49 @@ constexpr const char* kRestoredFileName = XLOGDIR "/ptrack.RESTOREDXLOG";
 /* Segments that start before this LSN may come from the archive (0: none). */
 Lsn fallback_until = 0;
 
+/* How long a segment may stay missing while recovery replaces it (open_segment_in_recovery()), in ms. */
+constexpr int kReplaceWaitMs = 30000;
+
+/* Set when the follower is asked to exit: stops that wait (archive_stop_waiting_on()). */
+const volatile sig_atomic_t* stop_flag = nullptr;
+
+/*
+ * Opens WAL segment file `path` of pg_wal; -1 with errno set if it cannot.
+ * Recovery moves segments under the follower's feet, and a segment missing
+ * for these reasons is not gone (PostgreSQL 15-18, xlogarchive.c and xlog.c):
+ *
+ *  - KeepFileRestoredFromArchive() replaces a segment that pg_wal already
+ *    holds (recovery restores the last one again at its end, a standby
+ *    retries) by unlinking it, then fsyncing and renaming its new copy: for
+ *    a moment, no file has the name.  While recovery runs, a missing
+ *    segment is waited for (up to kReplaceWaitMs), then taken as gone.
+ *  - CleanupAfterArchiveRecovery() renames the old timeline's last segment
+ *    to <name>.partial before recovery ends; until it has ended, the page
+ *    reader (read_local_xlog_page_no_wait()) still reads that timeline, up
+ *    to the replay position, which that file holds.  After the end, the
+ *    reader takes the segment of the new timeline, a copy up to the switch.
+ */
+int open_segment_in_recovery(const char* path)
+{
+    for (int waited_ms = 0;; waited_ms += 10) {
+        int fd = BasicOpenFile(path, O_RDONLY | PG_BINARY);
+        if (fd >= 0 || errno != ENOENT)
+            return fd;
+        char partial[MAXPGPATH];
+        snprintf(partial, sizeof(partial), "%s.partial", path);
+        fd = BasicOpenFile(partial, O_RDONLY | PG_BINARY);
+        if (fd >= 0) {
+            ereport(LOG, (errmsg("ptrack WAL follower reads \"%s\", renamed at the end of recovery", partial)));
+            return fd;
+        }
+        if (!RecoveryInProgress() || waited_ms >= kReplaceWaitMs || (stop_flag != nullptr && *stop_flag)) {
+            errno = ENOENT;
+            return -1;
+        }
+        pg_usleep(10 * 1000L); /* the follower's SIGTERM interrupts it */
+    }
+}
+
 }  // namespace
 
 bool restore_command_set()
@@ -114,6 +157,11 @@ int restore_segment(const char* name, int segment_bytes, char* why, size_t why_s
     return fd;
 }
 
+void archive_stop_waiting_on(const volatile sig_atomic_t* flag)
+{
+    stop_flag = flag;
+}
+
 void archive_fallback_until(Lsn lsn)
 {
     fallback_until = lsn;
@@ -126,14 +174,16 @@ void archive_segment_open(XLogReaderState* reader, XLogSegNo segno, TimeLineID* 
     char path[MAXPGPATH];
     XLogFileName(name, *tli, segno, segment_bytes);
     snprintf(path, sizeof(path), XLOGDIR "/%s", name);
-    reader->seg.ws_file = BasicOpenFile(path, O_RDONLY | PG_BINARY);
+    XLogRecPtr segment_start;
+    XLogSegNoOffsetToRecPtr(segno, 0, segment_bytes, segment_start);
+    /* Below the slot's position a missing segment is gone, and the archive has it: no wait. */
+    const bool from_archive = segment_start < fallback_until && restore_command_set();
+    reader->seg.ws_file = from_archive ? BasicOpenFile(path, O_RDONLY | PG_BINARY) : open_segment_in_recovery(path);
     if (reader->seg.ws_file >= 0)
         return;
     if (errno != ENOENT)
         ereport(ERROR, (errcode_for_file_access(), errmsg("could not open file \"%s\": %m", path)));
-    XLogRecPtr segment_start;
-    XLogSegNoOffsetToRecPtr(segno, 0, segment_bytes, segment_start);
-    if (segment_start < fallback_until && restore_command_set()) {
+    if (from_archive) {
         char why[MAXPGPATH + 128];
         reader->seg.ws_file = restore_segment(name, segment_bytes, why, sizeof(why));
         if (reader->seg.ws_file < 0)

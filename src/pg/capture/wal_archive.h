@@ -21,6 +21,8 @@ extern "C" {
 #include "access/xlogreader.h"
 }
 
+#include <csignal>
+
 #include "core/boundary.h"
 #include "ptrack/map.h"
 
@@ -34,8 +36,17 @@ namespace ptrack::pg {
 void archive_fallback_until(Lsn lsn);
 
 /*
+ * `flag` (the follower's SIGTERM flag) becoming true ends the wait of
+ * archive_segment_open() for a segment that recovery is replacing.
+ */
+void archive_stop_waiting_on(const volatile sig_atomic_t* flag);
+
+/*
  * The follower's segment_open callback for xlogreader (XLogReaderRoutine):
- * opens segment `segno` of timeline *tli from pg_wal, else, below the
+ * opens segment `segno` of timeline *tli from pg_wal (during recovery, a
+ * segment missing for a moment while recovery replaces it is waited for, up
+ * to 30 s, and the old timeline's last segment, renamed <name>.partial just
+ * before recovery ends, is read under that name), else, below the
  * fallback limit and with restore_command set, restores it into a file of
  * its own in pg_wal, opens it and removes its name at once.  Raises an ERROR
  * when the segment can be had from neither (a read error: the follower

@@ -17,6 +17,8 @@
  *   relation_path()         a fork's path under the data directory
  *   my_proc_number()        this process's PGPROC index (pgprocno, 17+: MyProcNumber)
  *   record_block_tag()      XLogRecGetBlockTagExtended() into a RelFork
+ *   checkpoint_redo_record()  the record marking a checkpoint's redo LSN
+ *                           (XLOG_CHECKPOINT_REDO, 17+; none on 15)
  *   smgr_create_rel(), smgr_truncate_rel(), xact_dropped_rels()
  *                           the relation fields of the smgr and xact records
  *   slot_create(), slot_acquire()
@@ -33,8 +35,10 @@
 extern "C" {
 #include "postgres.h"
 
+#include "access/rmgr.h"
 #include "access/xact.h"
 #include "access/xlogreader.h"
+#include "catalog/pg_control.h"
 #include "catalog/storage_xlog.h"
 #include "common/relpath.h"
 #include "storage/proc.h"
@@ -157,6 +161,22 @@ inline bool record_block_tag(XLogReaderState* record, uint8 block_id, RelFork* r
     *rel = rel_fork(id, fork);
     *block = number;
     return true;
+}
+
+/*
+ * True if `record` (just decoded) is the marker a checkpoint inserts at its
+ * redo LSN, which it then starts at (XLOG_CHECKPOINT_REDO, new in 17);
+ * always false on 15, where the redo LSN is known only from the checkpoint
+ * record or GetRedoRecPtr().
+ */
+inline bool checkpoint_redo_record(XLogReaderState* record)
+{
+#if PG_MAJORVERSION_NUM >= 17
+    return XLogRecGetRmid(record) == RM_XLOG_ID && (XLogRecGetInfo(record) & ~XLR_INFO_MASK) == XLOG_CHECKPOINT_REDO;
+#else
+    (void) record;
+    return false;
+#endif
 }
 
 /* The path of fork `rel` of a permanent relation, relative to the data directory, into out[MAXPGPATH]. */

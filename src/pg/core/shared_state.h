@@ -51,6 +51,12 @@ struct FollowerProgress {
     Atomic<int32_t> pid;             /* the follower's PID, 0 when not running */
     Atomic<uint64_t> slot_releases;  /* times the server stopped the follower to release its slot, which held
                                         more WAL than max_slot_wal_keep_size allows (it saved and resumed) */
+    /* Summaries (persist/summary_io.h): a backend that needs the changes up to its call on disk asks for a cut. */
+    Atomic<uint64_t> cut_requested;  /* bumped by such a backend, after its walk request */
+    Atomic<uint64_t> cut_done;       /* the cut_requested value the last cut started after */
+    Atomic<uint64_t> summarized_lsn; /* end LSN of the newest summary written: every change recorded at an LSN
+                                        below it is in the summary files (before the first one: where the
+                                        follower's set starts); 0 until the follower has started */
 };
 
 /*
@@ -124,7 +130,7 @@ struct RestartInfo {
  *    fork() publishes them; read-only afterwards.  No lock.
  *  - the resume point: loaded_covered_lsn, loaded_timeline,
  *    presized_redo_lsn, restored_scan_from, restored_scan_end,
- *    resume_at_scan_end.  Written by the postmaster at start; afterwards
+ *    resume_at_scan_end, restored_summary_from, restored_summary_end.  Written by the postmaster at start; afterwards
  *    written and read only by the process that saves the map (wal: the
  *    follower, which clears the scan fields at its first save after a fresh
  *    start, or when tracking restarts, and resumes from the others when it
@@ -156,6 +162,9 @@ struct SharedState {
     Lsn restored_scan_from;    /* wal, a restored backup: the map holds every change from this LSN ... */
     Lsn restored_scan_end;     /* ... to this one, read before recovery; 0 if not (wal_load.cpp) */
     bool resume_at_scan_end;   /* the follower may start reading at restored_scan_end (a restored primary) */
+    Lsn restored_summary_from; /* wal, a restored backup: the scan's range written as change summaries, */
+    Lsn restored_summary_end;  /* [from, end); 0 if not (capture/wal/scan_summary.h) */
+    uint32_t restored_summary_timeline; /* the timeline that WAL was read on */
     Atomic<uint64_t> restart_count; /* tracking restarts since the server started */
     FollowerProgress follower;
     SaveStats save_stats;

@@ -35,6 +35,13 @@ uint32_t crc32c(const void* data, size_t len)
     return crc;
 }
 
+uint32_t crc32c_update(uint32_t crc, const void* data, size_t len)
+{
+    pg_crc32c value = crc;
+    COMP_CRC32C(value, data, len);
+    return value;
+}
+
 bool read_at(int fd, void* buf, size_t len, uint64_t offset)
 {
     auto* p = static_cast<char*>(buf);

@@ -11,16 +11,31 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ptrack/file_sink.h"
+
 namespace ptrack::pg {
 
 /* Finalised CRC-32C of `len` bytes (port/pg_crc32c.h), in the engine's Crc32cFn shape. */
 uint32_t crc32c(const void* data, size_t len);
+
+/* PostgreSQL's CRC-32C continued, unfinalised (the engine's Crc32cUpdateFn). */
+uint32_t crc32c_update(uint32_t crc, const void* data, size_t len);
 
 /* Reads exactly `len` bytes at byte `offset`; false on error or short read (errno set). */
 bool read_at(int fd, void* buf, size_t len, uint64_t offset);
 
 /* Writes exactly `len` bytes at byte `offset`; false on error (errno set, ENOSPC for a short write). */
 bool write_at(int fd, const void* buf, size_t len, uint64_t offset);
+
+/* The engine's file writers (ptrack/file_sink.h) write into an open file through write_at(). */
+class FdSink final : public FlushSink {
+public:
+    explicit FdSink(int fd) : fd_(fd) {}
+    bool write(const void* data, size_t len, uint64_t offset) noexcept override { return write_at(fd_, data, len, offset); }
+
+private:
+    int fd_;
+};
 
 /* CRC-32C of `len` bytes at `offset` of `fd`, read through `buffer`; false on a read error. */
 bool crc_of_range(int fd, uint64_t offset, uint64_t len, uint8_t* buffer, size_t buffer_bytes, uint32_t* out);

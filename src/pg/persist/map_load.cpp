@@ -56,9 +56,18 @@ namespace {
 
 void warn_not_trusted(const char* reason)
 {
+    /*
+     * A data directory restored from a backup tracks from the backup's redo
+     * LSN where that can be proven (docs/design.md section 7.1), so the
+     * backup it was restored from may still parent the next one.
+     */
     ereport(WARNING, (errmsg("ptrack map file \"%s\" is not trusted because %s", kMapFileName, reason),
                       errdetail("Change tracking starts afresh with a new ptrack_init_lsn()."),
-                      errhint("The next backup must be a full backup.")));
+                      backup_label_present()
+                          ? errhint("An incremental backup whose parent is the backup restored here needs "
+                                    "ptrack_init_lsn() no later than that backup's start LSN; otherwise, and for "
+                                    "any older parent, take a full backup.")
+                          : errhint("The next backup must be a full backup.")));
 }
 
 /* pg_control, read once per startup; nullptr (freed) if it cannot be verified. */

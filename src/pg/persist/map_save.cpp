@@ -58,30 +58,12 @@ struct SaveState {
     uint32_t* crcs;
     DeltaEntry* entries;
 };
-/* The engine's writes (ptrack/map_flush.h) go to a file opened here. */
-class FileSink final : public FlushSink {
-public:
-    explicit FileSink(int fd) : fd_(fd) {}
-    bool write(const void* data, size_t len, uint64_t offset) noexcept override { return write_at(fd_, data, len, offset); }
-
-private:
-    int fd_;
-};
-
-PTRACK_FRAME_SAFE(SaveState, MapFileHeader, DeltaEntry, DeltaBatchPlan, FileSink);
+PTRACK_FRAME_SAFE(SaveState, MapFileHeader, DeltaEntry, DeltaBatchPlan, FdSink);
 PTRACK_ENGINE_NOEXCEPT(&MapGeometry::region_bytes, &placement_fingerprint, &map_file_chunk_count,
                        &map_file_data_offset, &map_file_write, &delta_write_batch, &delta_max_entries,
                        &flush_wants_full);
 SaveState save_state;
 constexpr size_t kDeltaBufferEntries = 64 * 1024;
-
-/* PostgreSQL's CRC-32C continued, unfinalised (the engine's Crc32cUpdateFn). */
-uint32_t crc32c_update(uint32_t crc, const void* data, size_t len)
-{
-    pg_crc32c value = crc;
-    COMP_CRC32C(value, data, len);
-    return value;
-}
 
 void fill_header(const SavePoint& point, MapFileHeader* header)
 {
@@ -116,7 +98,7 @@ uint64_t write_full_map(const MapFileHeader& header)
         warn_save_failed("its map", "create", kMapTempFileName);
         return 0;
     }
-    FileSink sink(fd);
+    FdSink sink(fd);
     const uint64_t bytes = map_file_write(map, header, crc32c, ss.chunk_buffer, ss.crcs, sink);
     bool ok = bytes != 0 && pg_fsync(fd) == 0;
     if (!ok)
@@ -157,7 +139,7 @@ uint64_t append_delta(const MapFileHeader& header, Lsn threshold, bool* too_big)
     plan.max_entries = delta_max_entries(header.geometry);
     plan.buffer = ss.entries;
     plan.capacity = kDeltaBufferEntries;
-    FileSink sink(fd);
+    FdSink sink(fd);
     const uint64_t written = delta_write_batch(map, header, plan, crc32c, crc32c_update, sink, too_big);
     if (*too_big) {
         CloseTransientFile(fd);

@@ -1,15 +1,10 @@
 /*
- * pagemap_scan.h -- which blocks of one relation segment file
- * ptrack_get_pagemapset(start_lsn) lists, for every SQL function that needs
- * that answer: ptrack_get_pagemapset() and ptrack_get_change_stat()
- * (sql_functions.cpp) and ptrack_verify() (verify.cpp), which must compare
- * the pages on disk with exactly what a backup tool is told.
- *
- * One rule set (docs/design.md sections 1, 3.4, 7.1): unlogged relations
- * are left out (only their init fork is backed up); FSM forks are listed
- * whole; otherwise a block is listed when the map says it changed at or
- * after start_lsn, or when the limit table says every block from some block
- * on did (truncations, created and dropped relations and databases).
+ * pagemap_scan.h -- the start LSN every SQL function answering "since
+ * start_lsn" takes, and ptrack_init_lsn(): one place for the checks and
+ * errors of ptrack_get_pagemapset(), ptrack_get_change_stat()
+ * (sql_functions.cpp) and ptrack_verify() (verify.cpp).  The map's answer
+ * itself, file by file, is core/map_answer.h (included here for them); the
+ * summaries' is summary_scan.h.
  *
  * C-style code (boundary.h): callable only from frames that own no C++
  * objects with destructors.
@@ -26,55 +21,27 @@ extern "C" {
 }
 
 #include "core/boundary.h"
-#include "core/datadir_walk.h"
+#include "core/map_answer.h"
 #include "core/shared_state.h"
 
 namespace ptrack::pg {
 
-/* State of one walk over the data directory for one start LSN. */
-struct PagemapScan {
-    Lsn since;
-    uint8_t* pagemap; /* RELSEG_SIZE / 8 bytes; only the current file's bytes are valid */
-    uint32_t nblocks; /* blocks of the current file */
-    Tuplestorestate* tuplestore;
-    TupleDesc tupdesc;
-    int64 files;
-    int64 pages;
-    RelSegment limited;   /* the file file_may_have_changed() looked at last */
-    uint32_t limit_first; /* its first block changed by a limit, counted in the segment; RELSEG_SIZE if none */
-    void* caller;         /* the calling function's own state */
-};
-PTRACK_FRAME_SAFE(PagemapScan);
+
+
+/*
+ * ptrack_init_lsn(): where tracking (re)started (init_lsn()) or, when the
+ * summaries answer (wal capture), the start of the summaries kept if later
+ * (summaries_init_lsn()).  After the source's freshness wait.
+ */
+Lsn answer_init_lsn();
 
 /*
  * The start_lsn argument (argument 0) of a function answering "since
- * start_lsn": tracking on, not NULL, not older than ptrack_init_lsn(), not
+ * start_lsn": tracking on, not NULL, not older than init_lsn(), not
  * ahead of the server's WAL; ERROR with a hint otherwise.  With wal capture,
  * first waits until the follower has applied the WAL written before the call.
  */
 Lsn checked_start_lsn(FunctionCallInfo fcinfo);
-
-/* Prepares `state` for a walk (palloc'd pagemap: pfree(state->pagemap) after). */
-void init_scan(PagemapScan* state, Lsn since);
-
-/*
- * Walk filter (datadir_walk.h): false if the file has nothing to list, so
- * that unchanged files cost no stat().
- */
-bool file_may_have_changed(const RelSegment& segment, bool unlogged, void* arg);
-
-/*
- * Fills state->pagemap (bit b of byte b / 8: block b of the segment file)
- * and state->nblocks for one file of `size_bytes` bytes that the filter let
- * through; returns the number of listed blocks.
- */
-uint32_t file_changes(const RelationFile* file, PagemapScan* state);
-
-/* True if bit `block` of a pagemap is set. */
-inline bool pagemap_has(const uint8_t* pagemap, uint32_t block)
-{
-    return (pagemap[block / 8] & (1u << (block % 8))) != 0;
-}
 
 }  // namespace ptrack::pg
 

@@ -36,6 +36,7 @@ PG_FUNCTION_INFO_V1(ptrack_get_change_stat);
 #include "capture/capture_source.h"
 #include "core/datadir_walk.h"
 #include "sql/pagemap_scan.h"
+#include "sql/summary_scan.h"
 #include "ptrack/pagemap.h"
 #include "core/shared_state.h"
 
@@ -47,20 +48,25 @@ namespace {
 
 PTRACK_ENGINE_NOEXCEPT(&pagemap_trimmed_length, &pagemap_bytes);
 
-void emit_pagemap_row(const RelationFile* file, void* arg)
+/*
+ * One answer row, whichever source computed it: into the tuplestore of
+ * ptrack_get_pagemapset(), or counted for ptrack_get_change_stat() (no
+ * tuplestore).  The row callback of summary_scan() too.
+ */
+void put_row(const char* path, uint32_t count, const uint8_t* bitmap, size_t bytes, void* arg)
 {
     auto* state = static_cast<PagemapScan*>(arg);
-    const uint32_t count = file_changes(file, state);
-    if (count == 0)
+    state->files++;
+    state->pages += count;
+    if (state->tuplestore == NULL)
         return;
-    const size_t bytes = pagemap_trimmed_length(state->pagemap, pagemap_bytes(state->nblocks));
     bytea* pagemap = static_cast<bytea*>(palloc(VARHDRSZ + bytes));
     SET_VARSIZE(pagemap, VARHDRSZ + bytes);
-    memcpy(VARDATA(pagemap), state->pagemap, bytes);
+    memcpy(VARDATA(pagemap), bitmap, bytes);
 
     Datum values[3];
     bool nulls[3] = {false, false, false};
-    values[0] = CStringGetTextDatum(file->path);
+    values[0] = CStringGetTextDatum(path);
     values[1] = Int64GetDatum(static_cast<int64>(count));
     values[2] = PointerGetDatum(pagemap);
     tuplestore_putvalues(state->tuplestore, state->tupdesc, values, nulls);
@@ -68,14 +74,29 @@ void emit_pagemap_row(const RelationFile* file, void* arg)
     pfree(pagemap);
 }
 
-void count_changes(const RelationFile* file, void* arg)
+/* The map path: one walk callback per relation file the filter let through. */
+void map_file_row(const RelationFile* file, void* arg)
 {
     auto* state = static_cast<PagemapScan*>(arg);
     const uint32_t count = file_changes(file, state);
     if (count == 0)
         return;
-    state->files++;
-    state->pages += count;
+    put_row(file->path, count, state->pagemap, pagemap_trimmed_length(state->pagemap, pagemap_bytes(state->nblocks)),
+            state);
+}
+
+/*
+ * The rows since state->since, from where the running source answers: the
+ * summary files (wal capture), after a cut that puts every change made
+ * before the call into them; else the map and the limit table.
+ */
+void answer(PagemapScan* state)
+{
+    ptrack::Lsn summarized = 0;
+    if (running_source().summaries(true, &summarized))
+        summary_scan(state->since, summarized, put_row, state);
+    else
+        walk_data_directory(map_file_row, state, file_may_have_changed);
 }
 
 }  // namespace
@@ -93,7 +114,7 @@ extern "C" PGDLLEXPORT Datum ptrack_init_lsn(PG_FUNCTION_ARGS)
 {
     require_tracking();
     running_source().wait_until_fresh();
-    PG_RETURN_LSN(init_lsn());
+    PG_RETURN_LSN(answer_init_lsn());
 }
 
 extern "C" PGDLLEXPORT Datum ptrack_get_pagemapset(PG_FUNCTION_ARGS)
@@ -106,7 +127,7 @@ extern "C" PGDLLEXPORT Datum ptrack_get_pagemapset(PG_FUNCTION_ARGS)
     init_scan(&state, since);
     state.tuplestore = rsinfo->setResult;
     state.tupdesc = rsinfo->setDesc;
-    walk_data_directory(emit_pagemap_row, &state, file_may_have_changed);
+    answer(&state);
     pfree(state.pagemap);
     return (Datum) 0;
 }
@@ -122,7 +143,7 @@ extern "C" PGDLLEXPORT Datum ptrack_get_change_stat(PG_FUNCTION_ARGS)
 
     PagemapScan state;
     init_scan(&state, since);
-    walk_data_directory(count_changes, &state, file_may_have_changed);
+    answer(&state);
     pfree(state.pagemap);
 
     /* size in MB = pages * BLCKSZ / 2^20, as an exact numeric */

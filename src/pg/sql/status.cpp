@@ -13,8 +13,13 @@
  * Everything comes from shared memory (shared_state.h) with atomic loads, a
  * sequence lock (the last save) or a spinlock (the last restart): the call
  * never waits for the follower, never walks the data directory, and works
- * with tracking off or the library not preloaded.  The share of map slots in
- * use is sampled (sampled_fill()), so the call stays cheap on a 1 GB map.
+ * with tracking off or the library not preloaded.  The one exception is
+ * init_lsn when the change summaries answer (wal capture): it is what
+ * ptrack_init_lsn() answers (answer_init_lsn(), from the summaries' file
+ * names: one listing of pg_wal/ptrack, which retention keeps short), NULL
+ * if that directory cannot be read (ptrack_init_lsn() fails then too).
+ * The share of map slots in use is sampled (sampled_fill()), so the call
+ * stays cheap on a 1 GB map.
  *
  * The install script calls it once: during CREATE EXTENSION or ALTER
  * EXTENSION UPDATE it warns when tracking is off, with how to turn it on.
@@ -40,6 +45,8 @@ PG_FUNCTION_INFO_V1(ptrack_status);
 #include "core/boundary.h"
 #include "capture/capture_source.h"
 #include "core/shared_state.h"
+#include "persist/summary_io.h"
+#include "sql/pagemap_scan.h"
 
 namespace ptrack::pg {
 
@@ -197,7 +204,17 @@ extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
     nulls[kFalsePositiveRate] = false;
     values[kFalsePositiveRate] = Float8GetDatum(fill * fill);
 
-    const uint64_t init = shared->init_lsn.load(Order::kAcquire);
+    /*
+     * What ptrack_init_lsn() answers (without its wait): with the summaries,
+     * their start if later than where tracking (re)started; NULL if their
+     * directory cannot be read (the function fails then).
+     */
+    uint64_t init = shared->init_lsn.load(Order::kAcquire);
+    ptrack::Lsn summarized = 0;
+    if (init != 0 && source.summaries(false, &summarized)) {
+        char dir_problem[256];
+        init = summary_dir_problem(dir_problem, sizeof(dir_problem)) != nullptr ? 0 : answer_init_lsn();
+    }
     if (init != 0) {
         nulls[kInitLsn] = false;
         values[kInitLsn] = LSNGetDatum(init);

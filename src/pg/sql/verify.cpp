@@ -35,6 +35,19 @@
  * it with file lengths), pages whose header is invalid after a re-read, and
  * FSM forks, which are always listed whole.
  *
+ * Judged against what answers (CaptureSourceOps::summaries, the path of
+ * the SQL functions): the map (hooks; wal with ptrack.wal_answer_source =
+ * map), file by file as above; or, when the change summaries answer (wal
+ * capture, docs/design.md section 9.2), their answer itself:
+ * summary_scan() is run once, after the cut the SQL functions ask for, and
+ * its rows are kept by segment file (a hash table, bitmaps trimmed to their
+ * last listed block), so that a block a summary misses (a file rewritten
+ * short, a follower that recorded less than it applied) is reported like a
+ * block the map misses.  A candidate whose page LSN is at or after the end
+ * of the summaries that answer (written after their cut) is judged again
+ * against a new answer, taken after the follower has applied the WAL up to
+ * it; one before that end is only read again.
+ *
  * C-style frames only (boundary.h): errors longjmp out of the walk.
  */
 extern "C" {
@@ -44,6 +57,7 @@ extern "C" {
 #include <sys/stat.h>
 
 #include "access/xlog.h"
+#include "common/relpath.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -52,6 +66,8 @@ extern "C" {
 #include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
 #include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -65,6 +81,7 @@ PG_FUNCTION_INFO_V1(ptrack_verify);
 #include "capture/capture_source.h"
 #include "core/datadir_walk.h"
 #include "sql/pagemap_scan.h"
+#include "sql/summary_scan.h"
 #include "core/shared_state.h"
 #include "sql/verify.h"
 
@@ -86,8 +103,27 @@ struct Candidate {
 };
 PTRACK_FRAME_SAFE(Candidate);
 
+/* A segment file of the summaries' answer (the key of VerifyState::answer). */
+struct AnswerKey {
+    uint32_t spc;
+    uint32_t db;
+    uint32_t relfilenode;
+    uint32_t fork;
+    uint32_t segno;
+};
+struct AnswerEntry {
+    AnswerKey key;
+    uint8_t* bitmap; /* in VerifyState::answer_cxt */
+    size_t bytes;
+};
+PTRACK_FRAME_SAFE(AnswerKey, AnswerEntry);
+
 struct VerifyState {
     PagemapScan scan;
+    bool from_summaries;      /* the summaries answer: judged against `answer` */
+    Lsn summarized;           /* the end of the summaries that gave `answer` */
+    MemoryContext answer_cxt; /* `answer` and its bitmaps */
+    HTAB* answer;
     Tuplestorestate* tuplestore;
     TupleDesc tupdesc;
     char* buffer; /* kReadChunkBlocks * BLCKSZ */
@@ -162,10 +198,11 @@ void progress_notice(VerifyState* st, bool final)
     }
     ereport(NOTICE,
             (errmsg("ptrack_verify: %lld files, %.1f MB, %lld pages checked in %.1f s: %lld changed at or after "
-                    "%X/%X, %lld of them not listed by ptrack_get_pagemapset()",
+                    "%X/%X, %lld of them not listed by ptrack_get_pagemapset() (%s)",
                     static_cast<long long>(st->files), mb, static_cast<long long>(st->pages), seconds,
                     static_cast<long long>(st->changed), PTRACK_LSN_ARGS(st->scan.since),
-                    static_cast<long long>(st->misses)),
+                    static_cast<long long>(st->misses),
+                    st->from_summaries ? "answered from the change summaries" : "answered from the map"),
              errdetail("Not listed when first read, and read again once their marks could arrive: %lld. Not "
                        "judged: %lld new (all-zero) pages, which carry no LSN, and %lld pages with an invalid "
                        "header; free space map forks are always listed whole and were not read.",
@@ -191,6 +228,84 @@ void throttle(VerifyState* st, size_t n)
         st->last_progress = now;
         progress_notice(st, false);
     }
+}
+
+AnswerKey answer_key(const RelSegment& segment)
+{
+    AnswerKey key;
+    memset(static_cast<void*>(&key), 0, sizeof(key));
+    key.spc = segment.rel.spc_oid;
+    key.db = segment.rel.db_oid;
+    key.relfilenode = segment.rel.relfilenode;
+    key.fork = static_cast<uint32_t>(segment.rel.fork);
+    key.segno = segment.segno;
+    return key;
+}
+
+/* A row of the summaries' answer (SegmentRowFn), kept by segment file. */
+void keep_answer_row(const char* path, uint32_t, const uint8_t* bitmap, size_t bytes, void* arg)
+{
+    auto* st = static_cast<VerifyState*>(arg);
+    CHECK_FOR_INTERRUPTS();
+    RelSegment segment;
+    if (!parse_relation_path(path, TABLESPACE_VERSION_DIRECTORY, &segment))
+        return;
+    const AnswerKey key = answer_key(segment);
+    bool found = false;
+    auto* entry = static_cast<AnswerEntry*>(hash_search(st->answer, &key, HASH_ENTER, &found));
+    if (!found) {
+        entry->bitmap = nullptr;
+        entry->bytes = 0;
+    }
+    if (bytes > entry->bytes) {
+        auto* wider = static_cast<uint8_t*>(MemoryContextAllocZero(st->answer_cxt, bytes));
+        if (entry->bytes > 0)
+            memcpy(wider, entry->bitmap, entry->bytes);
+        entry->bitmap = wider;
+        entry->bytes = bytes;
+    }
+    for (size_t i = 0; i < bytes; ++i)
+        entry->bitmap[i] |= bitmap[i];
+}
+
+/*
+ * The summaries' answer for scan.since, as ptrack_get_pagemapset() gets it:
+ * the follower cuts first, so that it holds every change made before now.
+ */
+void take_summaries_answer(VerifyState* st)
+{
+    Lsn summarized = 0;
+    if (!running_source().summaries(true, &summarized))
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("ptrack's answers stopped coming from the change summaries during ptrack_verify()"),
+                        errhint("Call ptrack_verify() again.")));
+    MemoryContextReset(st->answer_cxt);
+    HASHCTL ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    ctl.keysize = sizeof(AnswerKey);
+    ctl.entrysize = sizeof(AnswerEntry);
+    ctl.hcxt = st->answer_cxt;
+    st->answer = hash_create("ptrack_verify summaries' answer", 1024, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    st->summarized = summarized;
+    summary_scan(st->scan.since, summarized, keep_answer_row, st);
+}
+
+/* What ptrack_get_pagemapset() lists for `file`, in st->scan.pagemap and st->scan.nblocks. */
+void listed_blocks(VerifyState* st, const RelationFile* file)
+{
+    if (!st->from_summaries) {
+        st->scan.limited = RelSegment{RelFork{0, 0, 0, kDatabaseKeyFork}, 0, false}; /* look the limit up afresh */
+        (void) file_changes(file, &st->scan);
+        return;
+    }
+    const AnswerKey key = answer_key(file->segment);
+    const auto* entry = static_cast<const AnswerEntry*>(hash_search(st->answer, &key, HASH_FIND, nullptr));
+    const size_t room = RELSEG_SIZE / 8;
+    const size_t bytes = entry != nullptr ? Min(entry->bytes, room) : 0;
+    if (bytes > 0)
+        memcpy(st->scan.pagemap, entry->bitmap, bytes);
+    memset(st->scan.pagemap + bytes, 0, room - bytes);
+    st->scan.nblocks = static_cast<uint32_t>(bytes * 8);
 }
 
 void add_candidate(VerifyState* st, uint32_t block, Lsn lsn)
@@ -236,7 +351,7 @@ void wait_for_candidate_marks(VerifyState* st, long pause)
 }
 
 /*
- * Re-judges the file's candidates against the map as it stands now, in up
+ * Re-judges the file's candidates against the answer as it stands now, in up
  * to three rounds with growing pauses (a writer descheduled between its
  * write and its mark on a loaded machine); reports what is still not listed
  * after the last.  A real miss costs about 3 s per file that has one.
@@ -251,8 +366,14 @@ void recheck_candidates(VerifyState* st, const RelationFile* file, int fd)
             ereport(ERROR, (errcode_for_file_access(), errmsg("could not stat file \"%s\": %m", file->path)));
         RelationFile now = *file;
         now.size_bytes = static_cast<uint64_t>(stat_buf.st_size);
-        st->scan.limited = RelSegment{RelFork{0, 0, 0, kDatabaseKeyFork}, 0, false}; /* look the limit up afresh */
-        (void) file_changes(&now, &st->scan);
+        /* Summaries: a new answer if a candidate was written after the cut of the one held. */
+        if (st->from_summaries)
+            for (uint32_t i = 0; i < st->candidate_count; ++i)
+                if (st->candidates[i].lsn >= st->summarized) {
+                    take_summaries_answer(st);
+                    break;
+                }
+        listed_blocks(st, &now);
         uint32_t kept = 0;
         for (uint32_t i = 0; i < st->candidate_count; ++i) {
             const uint32_t block = st->candidates[i].block;
@@ -307,7 +428,7 @@ void verify_file(const RelationFile* file, void* arg)
     }
     st->files++;
     /* What ptrack_get_pagemapset() lists for this file now. */
-    (void) file_changes(file, &st->scan);
+    listed_blocks(st, file);
     st->candidate_count = 0;
     /* Up to the end of the file as it is now (it may have grown since the walk looked at it). */
     for (uint32_t first = 0; first < RELSEG_SIZE; first += kReadChunkBlocks) {
@@ -325,6 +446,8 @@ void verify_file(const RelationFile* file, void* arg)
         recheck_candidates(st, file, fd);
     CloseTransientFile(fd);
 }
+
+PTRACK_ENGINE_NOEXCEPT(&parse_relation_path);
 
 /* Unlogged relations are not backed up; FSM forks are always listed whole: nothing to check. */
 bool verify_wants(const RelSegment& segment, bool unlogged, void*)
@@ -361,9 +484,17 @@ extern "C" PGDLLEXPORT Datum ptrack_verify(PG_FUNCTION_ARGS)
     st.candidates = static_cast<Candidate*>(palloc(st.candidate_capacity * sizeof(Candidate)));
     st.rate_bytes = static_cast<int64>(verify_max_rate_kb) * 1024;
     st.started = st.last_progress = GetCurrentTimestamp();
+    ptrack::Lsn summarized = 0;
+    st.from_summaries = running_source().summaries(false, &summarized);
+    if (st.from_summaries) {
+        st.answer_cxt = AllocSetContextCreate(CurrentMemoryContext, "ptrack_verify answer", ALLOCSET_DEFAULT_SIZES);
+        take_summaries_answer(&st);
+    }
 
     walk_data_directory(verify_file, &st, verify_wants);
     progress_notice(&st, true);
+    if (st.from_summaries)
+        MemoryContextDelete(st.answer_cxt);
 
     pfree(st.candidates);
     pfree(st.buffer);

@@ -239,6 +239,7 @@ const CaptureSourceOps kHooksSource = {
     hooks_save_point,
     hooks_save_done,
     [] {},
+    [](bool, Lsn*) { return false; },
     wait_for_marks_in_progress,
     true,
     [](char*, size_t) -> const char* { return nullptr; },

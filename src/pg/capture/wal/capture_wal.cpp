@@ -36,6 +36,16 @@
  * too, so ptrack_init_lsn() is the redo LSN itself, the start LSN a backup
  * tool gives the restored backup.
  *
+ * Summaries (docs/design.md section 9.1): every change also goes to an exact
+ * change set in private memory, written as immutable summary files
+ * (persist/summary_io.h) at every save, at checkpoints' redo LSNs, on a
+ * backend's request and when the set is full; the rules are at struct
+ * Summaries.  The SQL functions answer from them (wal_summaries() below,
+ * sql/summary_scan.cpp); the map is still filled too, and answers with the
+ * developer setting ptrack.wal_answer_source = map.  A restored backup's
+ * fresh start goes on from the summaries the postmaster wrote of the WAL it
+ * read before recovery (summaries_continue_scan(), scan_summary.h).
+ *
  * Errors: the main loop catches a PostgreSQL ERROR (sigsetjmp, as every
  * auxiliary process does), reports it, frees what the attempt allocated and
  * starts over after a pause (1 s, doubling up to 30 s): a persistent error
@@ -43,7 +53,10 @@
  * pause, never a spin.  An ERROR while reading the WAL restarts tracking,
  * since marks may be missing.  An ERROR before the start is established is
  * published (FollowerStartError, shared_state.h): ptrack_status() shows it
- * as off_reason, and the SQL functions fail at once with it.  SIGTERM
+ * as off_reason, and the SQL functions fail at once with it; one raised
+ * half-way through establishing it makes the whole start run again.  So is
+ * the reason the summaries are held (their directory unusable, struct
+ * Summaries): the follower then applies nothing until they can be kept.  SIGTERM
  * (shutdown, or the checkpointer releasing the slot) is obeyed at the top of
  * every loop and after every ERROR, before anything is retried: the
  * follower saves what it applied and exits.  No C++ object with a
@@ -83,14 +96,18 @@ extern "C" {
 #include "utils/wait_event.h"
 }
 
+#include <new>
+
 #include "core/boundary.h"
 #include "capture/capture.h"
 #include "capture/capture_source.h"
 #include "capture/wal/capture_wal.h"
+#include "capture/wal/map_migration.h"
 #include "capture/wal/wal_load.h"
 #include "capture/file_growth.h"
 #include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
+#include "persist/summary_io.h"
 #include "core/shared_state.h"
 #include "capture/wal_archive.h"
 #include "capture/wal_records.h"
@@ -102,6 +119,35 @@ namespace {
 
 /* ptrack.wal_wait_timeout, in ms: how long the SQL functions wait for the follower. */
 int wal_wait_timeout_ms = 60000;
+
+/*
+ * ptrack.wal_answer_source (developer option): the SQL functions answer from
+ * the summary files (the default) or from the map, which the follower still
+ * fills too, for comparisons (docs/design.md section 9.2).
+ */
+enum AnswerSource { kAnswerFromSummaries, kAnswerFromMap };
+int wal_answer_source = kAnswerFromSummaries;
+const struct config_enum_entry answer_source_options[] = {
+    {"summaries", kAnswerFromSummaries, false}, {"map", kAnswerFromMap, false}, {NULL, 0, false}};
+
+/*
+ * A redo LSN closer in time than kMinRedoCutMs to the last one cut at, with
+ * less than kMaxRedoLetGoWal bytes of WAL since the summary being built
+ * began, is not cut at (note_redo()).  Both must hold: a follower catching
+ * up reads the redo LSNs of minutes of checkpoints within milliseconds, and
+ * each of them may be a backup's start.
+ */
+constexpr int kMinRedoCutMs = 200;
+constexpr Lsn kMaxRedoLetGoWal = 1024 * 1024;
+
+/*
+ * A save (after a checkpoint record) comes at most this often, in ms: a
+ * storm of checkpoints (t/010 issues hundreds a second) would otherwise
+ * cost a walk and a map flush each and leave the follower behind the WAL.
+ * A later save only keeps the WAL a little longer (the slot advances at
+ * each save) and a restarted follower reads a little more again.
+ */
+constexpr int kMinSaveIntervalMs = 1000;
 
 /* How long the follower sleeps when it has caught up, unless woken (ms). */
 constexpr long kIdlePollMs = 50;
@@ -119,15 +165,151 @@ void follower_sigterm(SIGNAL_ARGS)
     errno = save_errno;
 }
 
-/* The follower's changes go to the map, the limit table and the file growth watch. */
+/*
+ * The bounds of ptrack.wal_summary_memory (wal_summary_memory_mb, in MB,
+ * persist/summary_io.h): the engine's smallest budget, and 1 TB (private memory, taken
+ * as the set grows: a sanity cap, well inside a 64-bit address space; a
+ * 32-bit size_t holds 1 GB).
+ */
+constexpr int kMinSummaryMemoryMb = static_cast<int>(ChangeSet::kMinBudget >> 20);
+constexpr int kMaxSummaryMemoryMb = sizeof(size_t) >= 8 ? 1024 * 1024 : 1024;
+
+/*
+ * The exact change set (ptrack/change_set.h) the follower records besides
+ * the map, and how it is cut into summary files (persist/summary_io.h;
+ * docs/design.md section 9).  A record's changes count at its end LSN.  A
+ * summary [start, end) holds every change at an LSN in that range, so the
+ * record ending exactly at a cut's LSN belongs to the later summary.  The
+ * in-memory set holds every change at an LSN >= set_start that the follower
+ * has applied (records ending before set_start are not recorded: nothing
+ * claims them).  A cut writes the set as [set_start, cut_at) and starts a
+ * new one at cut_at:
+ *   - at follower.next + 1 (saves, requests, a full set): the last record
+ *     applied ends at next, so [.., next + 1) holds it and no record ends
+ *     inside; the map's covered LSN C goes with a chain ending at C + 1;
+ *   - at a redo LSN R before the first record ending at or after R is
+ *     applied (nothing to move), or, when the follower stands exactly at R,
+ *     at R with the last record (ending at R) read again into the new set
+ *     (cut_readd); such summaries carry kSummaryEndsAtRedo;
+ *   - at next with cut_readd when an add was refused (the set is full): the
+ *     written set may hold part of that record (extra), the new one all of it.
+ * A cut that cannot be written (disk full) is retried with a pause and no
+ * WAL is applied meanwhile: the set is never dropped.
+ *
+ * Held: a (re)start of the summaries first removes the files it no longer
+ * vouches for (summaries_start_fresh(), summaries_resume(),
+ * summaries_after_restart()).  If their directory cannot be used for that
+ * (unreadable, not a directory: summary_dir_problem()), the step waits in
+ * `held` and nothing is applied, cut or saved until it is done (retried
+ * with a pause, 1 s doubling up to 30 s; a WARNING at most once a minute;
+ * the reason is the follower's start error, so ptrack_status() and the SQL
+ * functions show it): the map never gets ahead of the summaries, and the
+ * chain a resume keeps stays whole.
+ */
+enum class HeldStep : uint8_t {
+    kNone,
+    kRemoveAll,  /* every summary and .tmp file goes (summary_remove_all()) */
+    kKeepChain   /* a resume: the chain must end at held_covered + 1 (summary_keep_chain_to()) */
+};
+
+struct Summaries {
+    ChangeSet* set;            /* in set_storage; nullptr until the follower runs */
+    size_t budget_bytes;       /* what `set` was built with */
+    Lsn set_start;             /* the set holds every change at an LSN >= it (see above) */
+    Lsn cut_at;                /* a cut to write before anything else is applied; 0: none */
+    bool cut_readd;            /* after that cut, read the last record again into the new set */
+    uint32_t cut_flags;        /* header flags of that summary (kSummaryEndsAtRedo) */
+    Lsn redo_target;           /* a checkpoint's redo LSN still ahead of the follower; 0: none */
+    Lsn redo_seen;             /* the last redo LSN learnt (GetRedoRecPtr(), CHECKPOINT_REDO) */
+    TimestampTz redo_noted_at; /* when a redo LSN last became a cut target (note_redo()) */
+    bool refused;              /* an add of the current record answered kRefused */
+    bool cut_soon;             /* an add answered kCutSoon */
+    Lsn last_start;            /* start of the last record applied (ending at follower.next); 0: unknown */
+    TimeLineID scan_tli;       /* while records before set_start are skipped because the startup scan's
+                                  summaries hold them (summaries_continue_scan()): the timeline it read;
+                                  0 otherwise (guard_scan_chain()) */
+    uint32_t gap_count;        /* extension dated by that record (growth_block_referenced()) */
+    struct {
+        RelFork rel;
+        BlockNumber from, to;
+    } gaps[XLR_MAX_BLOCK_ID + 1];
+    TimestampTz retry_at;      /* after a failed write or step: no new attempt before */
+    int backoff_s;
+    HeldStep held;             /* a step on the files that could not be done yet (see above); kNone: none */
+    const char* held_why;      /* kRemoveAll: why, for the LOG line (a string constant) */
+    Lsn held_covered;          /* kKeepChain: the saved map's covered LSN */
+    TimestampTz held_warned_at; /* the last WARNING about it; 0: none since it last worked */
+    uint64_t written;          /* summaries written by this process (LOG at DEBUG1) */
+};
+alignas(ChangeSet) unsigned char set_storage[sizeof(ChangeSet)];
+Summaries summaries;
+PTRACK_FRAME_SAFE(Summaries, SummaryHeader);
+PTRACK_ENGINE_NOEXCEPT(&ChangeSet::add_block, &ChangeSet::add_limit, &ChangeSet::add_database, &ChangeSet::clear,
+                       &ChangeSet::reset, &ChangeSet::open_cursor, &ChangeSet::close_cursor, &ChangeSet::empty);
+
+inline void note_add(AddResult r)
+{
+    if (r == AddResult::kOk)
+        return;
+    if (r == AddResult::kRefused)
+        summaries.refused = true;
+    else
+        summaries.cut_soon = true;
+}
+
+/* Blocks [from, to) of `rel` into the set. */
+void add_block_range(const RelFork& rel, BlockNumber from, BlockNumber to)
+{
+    for (BlockNumber b = from; b < to; ++b)
+        note_add(summaries.set->add_block(rel, b));
+}
+
+/*
+ * Growth a walk saw (file_growth.h): every block from the old size on.  Even
+ * when dated before set_start (a walk right after a cut at next + 1 on an
+ * idle server reads P = next): no summary written holds it, so the set takes
+ * it, dated later than it happened, which is always safe.
+ */
+bool record_walk_growth(const RelFork& rel, BlockNumber first, Lsn)
+{
+    if (summaries.set == nullptr || summaries.set_start == UINT64_MAX)
+        return true; /* before the start: a fresh start walks a baseline anyway */
+    const AddResult r = summaries.set->add_limit(rel, first);
+    if (r == AddResult::kCutSoon)
+        summaries.cut_soon = true;
+    return r != AddResult::kRefused;
+}
+
+/*
+ * The follower's changes go to the map, the limit table and the file growth
+ * watch, and, for records ending at or after set_start, to the change set.
+ */
 class FollowerSink final : public WalChangeSink {
 public:
     void block(const RelFork& rel, BlockNumber block, Lsn lsn, bool referenced) noexcept override
     {
         capture_block_at(rel, block, lsn);
+        const bool record = lsn >= summaries.set_start;
         /* A named block existed before the record: date the extension of those before it. */
-        if (referenced)
-            growth_block_referenced(rel, block, lsn);
+        if (referenced) {
+            const BlockNumber gap = growth_block_referenced(rel, block, lsn);
+            if (gap < block) {
+                if (record && summaries.gap_count < lengthof(summaries.gaps))
+                    summaries.gaps[summaries.gap_count++] = {rel, gap, block};
+                else if (record)
+                    summaries.refused = true; /* never: one per block reference; re-read it whole */
+                /*
+                 * Before set_start too: a restored standby reads again the
+                 * WAL whose summaries the startup scan wrote
+                 * (summaries_continue_scan()), which dated no extension; the
+                 * growth watch now knows these blocks, so no walk will find
+                 * them.  The set holds them, later than they came: safe.
+                 */
+                add_block_range(rel, gap, block);
+            }
+        }
+        if (record)
+            note_add(summaries.set->add_block(rel, block));
     }
     void relation_limit(const RelFork& rel, BlockNumber limit, Lsn lsn) noexcept override
     {
@@ -140,14 +322,36 @@ public:
          */
         growth_truncated(rel, limit);
         capture_limit(rel, limit, lsn);
+        if (lsn >= summaries.set_start)
+            note_add(summaries.set->add_limit(rel, limit));
     }
     void database(uint32_t spc, uint32_t db, Lsn lsn) noexcept override
     {
         capture_database(spc, db, lsn);
         growth_database_replaced(spc, db);
+        if (lsn >= summaries.set_start)
+            note_add(summaries.set->add_database(spc, db));
     }
 };
 FollowerSink follower_sink;
+
+/* A record read again after a cut: its changes go to the new set only (the map has them). */
+class SetOnlySink final : public WalChangeSink {
+public:
+    void block(const RelFork& rel, BlockNumber block, Lsn, bool) noexcept override
+    {
+        note_add(summaries.set->add_block(rel, block));
+    }
+    void relation_limit(const RelFork& rel, BlockNumber limit, Lsn) noexcept override
+    {
+        note_add(summaries.set->add_limit(rel, limit));
+    }
+    void database(uint32_t spc, uint32_t db, Lsn) noexcept override
+    {
+        note_add(summaries.set->add_database(spc, db));
+    }
+};
+SetOnlySink set_only_sink;
 
 /* The follower process's own state. */
 struct Follower {
@@ -156,14 +360,18 @@ struct Follower {
     ReadLocalXLogPageNoWaitPrivate* page;   /* end_of_wal flag of the no-wait page reader */
     Lsn next;                               /* where reading resumes: every record ending <= next is applied */
     bool started;                           /* the start position and init_lsn are established */
+    bool establishing;                      /* in establish_start(): an ERROR now is a start error, and the
+                                               start is established again (the summaries with it) */
     bool next_is_record_end;                /* next is the end of a record read: XLogBeginRead() can start there */
     bool read_record_ending_at_next;        /* the record ending exactly at next must be read too (a catch-up from
                                                a base backup's redo LSN); nothing is saved until it is */
     bool reading;                           /* an ERROR now means WAL could not be read */
     bool save_due;                          /* a checkpoint record was applied since the last save */
     Lsn saved;                              /* covered LSN of the last save */
+    TimestampTz saved_at;                   /* when it was made (kMinSaveIntervalMs) */
     TimestampTz save_retry_at;              /* after a failed save: no new attempt before this */
     int save_backoff_s;                     /* pause after the last failed save (0 after a success) */
+    bool at_end;                            /* the last apply_available() reached the end of the WAL available */
 };
 PTRACK_FRAME_SAFE(Follower, SavePoint);
 Follower follower;
@@ -250,6 +458,8 @@ void forget_restored_start()
     shared->restored_scan_from = 0;
     shared->restored_scan_end = 0;
     shared->resume_at_scan_end = false;
+    shared->restored_summary_from = 0;
+    shared->restored_summary_end = 0;
 }
 
 /*
@@ -280,6 +490,7 @@ void wal_save_done(Lsn covered)
     follower.save_backoff_s = 0;
     forget_restored_start();
     follower.saved = covered;
+    follower.saved_at = GetCurrentTimestamp();
     follower.save_due = false;
     /* A follower that restarts (its process only) resumes from this save. */
     shared->loaded_covered_lsn = follower.saved;
@@ -288,12 +499,15 @@ void wal_save_done(Lsn covered)
     advance_slot(follower.saved);
 }
 
+bool cut_for_save();
+
 void save_now()
 {
     /* A save now would claim the record ending at follower.next, not read yet (apply_available()). */
     if (follower.read_record_ending_at_next)
         return;
-    if (save_map(kWalSource))
+    /* The summaries first, up to the map's covered LSN: if they cannot be written, no save either. */
+    if (cut_for_save() && save_map(kWalSource))
         return;
     /*
      * Retry, but not on every loop (20 a second when idle): a full disk
@@ -332,6 +546,11 @@ const char* resume_point(Lsn covered, TimeLineID saved_tli, Lsn* out)
 }
 
 void start_fresh(Lsn start, Lsn floor, bool with_record_ending_at_start = false);
+void summaries_resume(Lsn start, Lsn covered);
+void summaries_start_fresh(Lsn start);
+bool summaries_continue_scan(Lsn claim, Lsn reads_from);
+void guard_scan_chain(XLogReaderState* reader);
+void summaries_after_restart(Lsn lsn);
 
 /*
  * A data directory restored from a base backup whose WAL pg_wal no longer
@@ -393,7 +612,9 @@ void establish_start()
             archive_fallback_until(restart);
             follower.next = start;
             follower.next_is_record_end = false;
+            follower.read_record_ending_at_next = false; /* a half-done fresh start before an ERROR may have set it */
             follower.started = true;
+            summaries_resume(start, covered);
             ereport(LOG, (errmsg("ptrack WAL follower resumes at %X/%X, where the saved map is complete",
                                  PTRACK_LSN_ARGS(start))));
             return;
@@ -477,6 +698,11 @@ void start_fresh(Lsn start, Lsn floor, bool with_record_ending_at_start)
     uint64_t expected = 0;
     if (!shared->init_lsn.compare_exchange(&expected, fresh_init))
         shared->init_lsn.store_max(fresh_init); /* a restart already moved it */
+    /* Reading from `start` skips a record that ends there, unless it is read first or none can end there. */
+    const bool start_claimed = with_record_ending_at_start || no_record_ends_at(start, wal_segment_size);
+    const Lsn reads_from = start_claimed ? start : start + 1;
+    if (!summaries_continue_scan(Max(fresh_init, init_lsn()), reads_from))
+        summaries_start_fresh(Max(Max(fresh_init, init_lsn()), reads_from));
     ereport(LOG, (errmsg("ptrack WAL follower starts a fresh map at %X/%X; ptrack_init_lsn() is %X/%X",
                          PTRACK_LSN_ARGS(start), PTRACK_LSN_ARGS(init_lsn()))));
 }
@@ -530,6 +756,538 @@ void publish_caught_up(TimeLineID tli)
         shared->follower.timeline.store(static_cast<uint32_t>(tli), Order::kRelease);
 }
 
+/* --- summaries (docs/design.md section 9; the rules at struct Summaries) --------- */
+
+size_t summary_budget()
+{
+    return wal_summary_budget_bytes();
+}
+
+/* (Re)builds the empty set with that budget. */
+void build_set()
+{
+    const size_t budget = summary_budget();
+    if (summaries.set != nullptr)
+        summaries.set->reset();
+    summaries.set = new (set_storage) ChangeSet(budget);
+    summaries.budget_bytes = budget;
+}
+
+/*
+ * The set emptied (rebuilt if ptrack.wal_summary_memory changed: a reload
+ * takes effect here), holding what happens from `start` on; no cut waits.
+ */
+void empty_set_from(Lsn start)
+{
+    if (summary_budget() != summaries.budget_bytes)
+        build_set();
+    else
+        summaries.set->clear();
+    summaries.set_start = start;
+    summaries.cut_at = 0;
+    summaries.cut_readd = false;
+    summaries.cut_flags = 0;
+    summaries.backoff_s = 0;
+    summaries.refused = false;
+    summaries.cut_soon = false;
+}
+
+/* Defined with the main loop's errors below: the follower's start error (FollowerStartError). */
+void record_start_reason(int sqlerrcode, const char* message, const char* hint);
+void clear_start_error();
+
+/* A step on the summary files waits (struct Summaries): nothing is applied, cut or saved. */
+inline bool summaries_held()
+{
+    return summaries.held != HeldStep::kNone;
+}
+
+/* No summary vouches for anything while a step waits (0: summary_scan() refuses), else from the set's start. */
+void publish_summarized_start()
+{
+    publish(&shared->follower.summarized_lsn, summaries_held() ? 0 : summaries.set_start);
+}
+
+/* A new start of the summaries at `start`: also forgets the redo target and the last record. */
+void restart_set(Lsn start)
+{
+    empty_set_from(start);
+    summaries.scan_tli = 0;
+    summaries.redo_target = 0;
+    summaries.last_start = 0;
+    summaries.gap_count = 0;
+    publish_summarized_start();
+}
+
+/*
+ * Does the waiting step (summaries.held) on the files: nullptr once done
+ * (held is kNone then; *kept: the end of the chain a kKeepChain step kept,
+ * 0 if none), else why it cannot be done now (in `buf`, or a constant).
+ */
+const char* do_held_step(char* buf, size_t len, Lsn* kept)
+{
+    *kept = 0;
+    if (const char* problem = summary_dir_problem(buf, len))
+        return problem;
+    const bool done = summaries.held == HeldStep::kKeepChain
+                          ? summary_keep_chain_to(summaries.held_covered + 1, kept)
+                          : summary_remove_all(summaries.held_why);
+    if (!done)
+        return "some of the summaries it no longer vouches for could not be removed (see the WARNING before)";
+    /* A resume with no chain to go on from: the trusted map's answer since init_lsn becomes the first summary. */
+    const Lsn covered = summaries.held_covered;
+    const Lsn init = init_lsn();
+    if (summaries.held == HeldStep::kKeepChain && *kept == 0 && init != 0 && init <= covered &&
+        migrate_map_to_summary(init, covered + 1, current_timeline()))
+        *kept = covered + 1;
+    summaries.held = HeldStep::kNone;
+    return nullptr;
+}
+
+/*
+ * The step could not be done (`problem`): nothing vouches meanwhile, the
+ * reason is published as the follower's start error, a WARNING says it (at
+ * most once a minute) and the next attempt waits 1 s, doubling up to 30 s.
+ */
+void hold_summaries(const char* problem)
+{
+    constexpr char kHint[] =
+        "Make pg_wal/ptrack a directory that the server's user can read and write in, or move away what is in "
+        "its place (the WAL follower creates the directory).";
+    publish_summarized_start();
+    const TimestampTz now = GetCurrentTimestamp();
+    summaries.backoff_s = summaries.backoff_s == 0 ? 1 : Min(summaries.backoff_s * 2, 30);
+    summaries.retry_at = TimestampTzPlusMilliseconds(now, summaries.backoff_s * 1000L);
+    char message[sizeof(FollowerStartError::message)];
+    snprintf(message, sizeof(message), "its change summaries cannot be kept: %s", problem);
+    record_start_reason(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, message, kHint);
+    if (summaries.held_warned_at != 0 && !TimestampDifferenceExceeds(summaries.held_warned_at, now, 60000))
+        return;
+    summaries.held_warned_at = now;
+    ereport(WARNING, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                      errmsg("ptrack's WAL follower cannot keep its change summaries: %s", problem),
+                      errdetail("It applies no WAL and saves no map until it can (its replication slot \"%s\" keeps "
+                                "the WAL meanwhile), so that the map never claims more than the summaries hold; "
+                                "it tries again in %d s.",
+                                kFollowerSlotName, summaries.backoff_s),
+                      errhint("%s", kHint)));
+}
+
+/* The step the (re)start of the summaries needed is done: they vouch from the set's start on. */
+void summaries_unheld(Lsn kept, bool resume)
+{
+    clear_start_error();
+    if (summaries.held_warned_at != 0)
+        ereport(LOG, (errmsg("ptrack's WAL follower can keep its change summaries in %s again", kSummaryDir)));
+    summaries.held_warned_at = 0;
+    /* A resume's kept chain ends at covered + 1: the set starts there (nothing was applied while held). */
+    if (kept != 0)
+        restart_set(kept);
+    else
+        publish_summarized_start();
+    if (resume)
+        ereport(LOG, (errmsg("ptrack WAL follower records the changes from %X/%X on%s",
+                             PTRACK_LSN_ARGS(summaries.set_start),
+                             kept != 0 ? ", where its change summaries end" : "")));
+}
+
+/* Sets `step` waiting and tries it now; true if done (else held: hold_summaries() said why). */
+bool start_held_step(HeldStep step, const char* why, Lsn covered, Lsn* kept)
+{
+    summaries.held = step;
+    summaries.held_why = why;
+    summaries.held_covered = covered;
+    char buf[256];
+    if (const char* problem = do_held_step(buf, sizeof(buf), kept)) {
+        hold_summaries(problem);
+        return false;
+    }
+    return true;
+}
+
+/* The main loop's retry of a waiting step, once its pause has passed; true once done. */
+bool retry_held_step()
+{
+    if (GetCurrentTimestamp() < summaries.retry_at)
+        return false;
+    const bool resume = summaries.held == HeldStep::kKeepChain;
+    char buf[256];
+    Lsn kept = 0;
+    if (const char* problem = do_held_step(buf, sizeof(buf), &kept)) {
+        hold_summaries(problem);
+        return false;
+    }
+    summaries_unheld(kept, resume);
+    return true;
+}
+
+/* A fresh start at `start` (where the map's claim and the follower's own reading both begin): no summary is kept. */
+void summaries_start_fresh(Lsn start)
+{
+    Lsn kept = 0;
+    const bool done = start_held_step(HeldStep::kRemoveAll, "change tracking starts afresh", 0, &kept);
+    const int backoff_s = summaries.backoff_s;
+    restart_set(start); /* publishes 0 while held */
+    summaries.backoff_s = backoff_s;
+    if (done)
+        summaries_unheld(0, false);
+}
+
+/*
+ * A fresh start that may go on from the summaries the postmaster wrote of a
+ * restored backup's WAL, [from, end) (scan_summary.h): where the map's
+ * fresh start claims the same range (its ptrack_init_lsn() `claim` is no
+ * later than `from`) and reading sees every record ending at or after
+ * `reads_from` (no later than `end`: no hole after the scan).  Keeps that
+ * chain alone (anything a follower that stopped before its first save wrote
+ * after it goes) and starts the set at its end; false, with nothing
+ * changed, if that cannot be.
+ */
+bool summaries_continue_scan(Lsn claim, Lsn reads_from)
+{
+    const Lsn from = shared->restored_summary_from;
+    const Lsn end = shared->restored_summary_end;
+    if (from == 0 || from < claim || end < reads_from)
+        return false;
+    Lsn kept = 0;
+    if (!summary_keep_chain_to(end, &kept) || kept != end)
+        return false; /* removed them all (the chain was broken), or could not */
+    size_t count = 0;
+    SummaryFileRef* refs = summary_list(&count);
+    const bool whole = count > 0 && refs[0].start_lsn == from;
+    pfree(refs);
+    if (!whole)
+        return false;
+    restart_set(end);
+    summaries.scan_tli = shared->restored_summary_timeline;
+    ereport(LOG, (errmsg("ptrack WAL follower records the changes from %X/%X on, where the change summaries of "
+                         "the WAL read before recovery end",
+                         PTRACK_LSN_ARGS(end))));
+    return true;
+}
+
+/*
+ * Before `reader`'s record is applied, while the follower reads again part
+ * of the WAL the postmaster summarized before recovery (records ending
+ * before set_start are in those summaries, not in the set).  That holds only
+ * while it reads the same history: a record from another timeline's WAL
+ * below set_start (recovery ended at a target before the end of what pg_wal
+ * held, or a promotion came during that replay) is in none of them.  The
+ * summaries then start again here: they are removed, and the set records
+ * from this record on (it holds nothing of the records skipped, only what
+ * walks found, which is extra).  ptrack_init_lsn() moves forward, and a
+ * full backup is needed: never a short answer.  The segment holding the
+ * switch is read from the new timeline's file, so this may come a few
+ * records early, which costs the same.
+ */
+void guard_scan_chain(XLogReaderState* reader)
+{
+    if (reader->EndRecPtr >= summaries.set_start) {
+        summaries.scan_tli = 0; /* past the summarized WAL: the set records everything now */
+        return;
+    }
+    if (reader->seg.ws_tli == summaries.scan_tli)
+        return;
+    ereport(WARNING, (errmsg("ptrack's change summaries of the WAL read before recovery do not hold timeline %u after "
+                             "%X/%X",
+                             reader->seg.ws_tli, PTRACK_LSN_ARGS(follower.next)),
+                      errdetail("Recovery ended on a new timeline before the end of the WAL that pg_wal held; the "
+                                "summaries start again at %X/%X.",
+                                PTRACK_LSN_ARGS(follower.next + 1)),
+                      errhint("Take a full backup: an incremental backup from an earlier start LSN is refused.")));
+    summaries.scan_tli = 0;
+    summaries.set_start = follower.next + 1;
+    summaries_after_restart(follower.next + 1);
+}
+
+/*
+ * Resuming from a trusted map complete up to `covered`, reading from `start`
+ * (covered, or a timeline's branch point before it): the saves cut the
+ * summaries at covered + 1 (cut_for_save()), so the chain must end there.
+ * Anything else (no chain, a broken one, a branch point) is removed and the
+ * set starts at covered + 1 (no later than ptrack_init_lsn()): answers refuse
+ * the LSNs before it instead of answering short.  Unless, with no chain on
+ * the same timeline, the map itself becomes the summary of [init_lsn,
+ * covered + 1) (map_migration.h: an upgrade from a map-only version).
+ */
+void summaries_resume(Lsn start, Lsn covered)
+{
+    Lsn kept = 0;
+    const bool done =
+        start == covered
+            ? start_held_step(HeldStep::kKeepChain, nullptr, covered, &kept)
+            : start_held_step(HeldStep::kRemoveAll,
+                              "the WAL follower resumes on another timeline, before the end of the summaries", covered,
+                              &kept);
+    const int backoff_s = summaries.backoff_s;
+    restart_set(Max(covered + 1, init_lsn())); /* publishes 0 while held */
+    summaries.backoff_s = backoff_s;
+    if (done)
+        summaries_unheld(kept, true);
+}
+
+/*
+ * Tracking restarted at `lsn` (a record that changed what no block list can
+ * say): no summary may answer for an earlier LSN.  The set keeps what it
+ * holds (extra) and vouches from `lsn` on.
+ */
+void summaries_after_restart(Lsn lsn)
+{
+    summaries.set_start = Max(summaries.set_start, lsn);
+    if (summaries.redo_target <= summaries.set_start)
+        summaries.redo_target = 0;
+    Lsn kept = 0;
+    if (start_held_step(HeldStep::kRemoveAll, "change tracking restarted", 0, &kept))
+        summaries_unheld(0, false);
+}
+
+/*
+ * The last record's changes do not fit in an empty set: no summary can hold
+ * them, so none vouches for them; the summaries start again after it.
+ */
+void restart_summaries_after_overflow()
+{
+    ereport(WARNING, (errmsg("ptrack change summaries restart at %X/%X: one WAL record's changes do not fit in "
+                             "ptrack.wal_summary_memory (%d MB)",
+                             PTRACK_LSN_ARGS(follower.next + 1), wal_summary_memory_mb),
+                      errhint("Raise ptrack.wal_summary_memory.")));
+    summaries_start_fresh(follower.next + 1);
+}
+
+void schedule_cut(Lsn at, bool readd, uint32_t flags)
+{
+    summaries.cut_at = at;
+    summaries.cut_readd = readd;
+    summaries.cut_flags = flags;
+}
+
+/*
+ * The LSN of a cut after everything applied: follower.next + 1 (the last
+ * record ends at next; records end at MAXALIGNed positions, so none ends at
+ * next + 1 or next + 2), next + 2 when the set starts at next + 1 already
+ * (it holds only what walks found since); 0 when the set starts later still
+ * (nothing it would vouch for has been applied yet) or the record ending at
+ * next has not been read yet.
+ */
+Lsn cut_point_now()
+{
+    /* The record ending at next is still to be read (a catch-up from a base backup's redo LSN). */
+    if (follower.read_record_ending_at_next)
+        return 0;
+    if (summaries.set_start <= follower.next)
+        return follower.next + 1;
+    if (summaries.set_start == follower.next + 1)
+        return follower.next + 2;
+    return 0;
+}
+
+/* Reads the last record applied (ending at follower.next) again; an ERROR is a read error (tracking restarts). */
+void reread_last_record()
+{
+    if (follower.reader == NULL)
+        open_reader();
+    XLogReaderState* reader = follower.reader;
+    follower.reading = true;
+    char* errormsg = NULL;
+    XLogBeginRead(reader, summaries.last_start);
+    if (XLogReadRecord(reader, &errormsg) == NULL || reader->EndRecPtr != follower.next)
+        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                        errmsg("ptrack could not read the WAL record at %X/%X again: %s",
+                               PTRACK_LSN_ARGS(summaries.last_start),
+                               errormsg != NULL ? errormsg : "it does not end where it ended before")));
+    follower.reading = false;
+}
+
+/*
+ * Writes the cut waiting in summaries.cut_at: the set as the summary
+ * [set_start, cut_at), then an empty set from cut_at, the last record read
+ * again into it if cut_readd, and the walks' growth the summary does not
+ * hold at its date (growth_replay_pending()).  False if the summary could
+ * not be written (WARNING logged): nothing changed, retried after a pause.
+ */
+bool perform_cut()
+{
+    if (summaries_held())
+        return false; /* nothing is written before the files it no longer vouches for are gone */
+    const Lsn end = summaries.cut_at;
+    if (end <= summaries.set_start) {
+        summaries.cut_at = 0; /* nothing to write: never scheduled so, but never an empty range */
+        return true;
+    }
+    /* Before anything changes: a record that cannot be read again must not leave the set half done. */
+    if (summaries.cut_readd)
+        reread_last_record();
+    ChangeSet& set = *summaries.set;
+    ChangeCursor* cursor = set.open_cursor();
+    SummaryHeader written;
+    bool ok = cursor != nullptr;
+    if (ok) {
+        ok = summary_write_durably(*cursor, summaries.set_start, end, current_timeline(), summaries.cut_flags,
+                                   &written);
+        set.close_cursor(cursor);
+    } else {
+        ereport(WARNING, (errcode(ERRCODE_OUT_OF_MEMORY),
+                          errmsg("ptrack could not save its change summary: out of memory for its index")));
+    }
+    if (!ok) {
+        save_stats_record_failure(); /* ptrack_status().failed_saves */
+        summaries.backoff_s = summaries.backoff_s == 0 ? 1 : Min(summaries.backoff_s * 2, 60);
+        summaries.retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), summaries.backoff_s * 1000L);
+        return false;
+    }
+    ereport(DEBUG1, (errmsg("ptrack wrote the change summary of %X/%X-%X/%X: %llu forks, %llu blocks, %u databases",
+                            PTRACK_LSN_ARGS(summaries.set_start), PTRACK_LSN_ARGS(end),
+                            static_cast<unsigned long long>(written.fork_count),
+                            static_cast<unsigned long long>(written.block_count), written.database_count)));
+    ++summaries.written;
+    const bool readd = summaries.cut_readd;
+    empty_set_from(end);
+    if (readd) {
+        /* The record ending at `end` belongs to the new summary (the map has it: the set only). */
+        (void) capture_wal_record(follower.reader, set_only_sink);
+        for (uint32_t i = 0; i < summaries.gap_count; ++i)
+            add_block_range(summaries.gaps[i].rel, summaries.gaps[i].from, summaries.gaps[i].to);
+    }
+    growth_replay_pending(end);
+    publish(&shared->follower.summarized_lsn, end);
+    if (summaries.refused)
+        restart_summaries_after_overflow(); /* the record alone is larger than the whole budget */
+    return true;
+}
+
+/* The main loop's retry of a cut that could not be written, once its pause has passed. */
+bool retry_pending_cut()
+{
+    if (summaries.backoff_s != 0 && GetCurrentTimestamp() < summaries.retry_at)
+        return false;
+    return perform_cut();
+}
+
+/*
+ * A checkpoint's redo LSN learnt (GetRedoRecPtr() before a batch, or the
+ * CHECKPOINT_REDO record that starts at it): a backup may start there, so a
+ * summary should end exactly there.  Ahead of the follower it becomes the
+ * target cut_before_record() watches for; exactly where the follower stands
+ * it is cut now with the last record (which ends at it) moved to the new
+ * set; behind, it was learnt too late: the cut at the next save (after the
+ * checkpoint record) is the fallback, whose summary an answer for it takes
+ * whole (extra blocks, never fewer).  True if a cut is now waiting.
+ */
+bool note_redo(Lsn redo)
+{
+    if (redo == 0 || redo <= summaries.set_start || redo == summaries.redo_seen)
+        return false;
+    summaries.redo_seen = redo;
+    /*
+     * A storm of checkpoints (hundreds a second: CHECKPOINT in a loop) would
+     * cost one fsync'd file each and leave the follower behind the WAL.  No
+     * backup starts that often: a redo LSN within kMinRedoCutMs of the last
+     * one taken is let go when the summary being built holds less than
+     * kMaxRedoLetGoWal of WAL before it, and a backup starting there gets
+     * the extra blocks of that little WAL, never fewer.  The time alone is
+     * no measure: a follower catching up (the 1 GB load before t/003's full
+     * backup) reads many redo LSNs within it, far apart in the WAL.
+     */
+    const TimestampTz now = GetCurrentTimestamp();
+    if (summaries.redo_noted_at != 0 && !TimestampDifferenceExceeds(summaries.redo_noted_at, now, kMinRedoCutMs) &&
+        redo - summaries.set_start < kMaxRedoLetGoWal)
+        return false;
+    summaries.redo_noted_at = now;
+    if (redo > follower.next) {
+        summaries.redo_target = redo;
+        return false;
+    }
+    if (redo == follower.next && follower.next_is_record_end && summaries.last_start != 0 && summaries.cut_at == 0) {
+        schedule_cut(redo, true, kSummaryEndsAtRedo);
+        return true;
+    }
+    return false;
+}
+
+/*
+ * Before applying a record ending at `end`: if it ends at or after the redo
+ * target, the summary ends at the target, before it (the record ending
+ * exactly at a cut belongs to the later summary).  True if a cut now waits
+ * (the record is not applied yet).
+ */
+bool cut_before_record(Lsn end)
+{
+    const Lsn target = summaries.redo_target;
+    if (target == 0 || end < target)
+        return false;
+    summaries.redo_target = 0;
+    if (follower.next >= target || target <= summaries.set_start)
+        return false;
+    schedule_cut(target, false, kSummaryEndsAtRedo);
+    return true;
+}
+
+/*
+ * After applying a record: a refused add (the set is full; it may hold part
+ * of the record) cuts at the record's end and reads it again into the new
+ * set; a set near its budget cuts after the record.
+ */
+void cut_after_record()
+{
+    if (summaries.refused) {
+        if (follower.next > summaries.set_start)
+            schedule_cut(follower.next, true, 0);
+        else
+            restart_summaries_after_overflow();
+    } else if (summaries.cut_soon) {
+        schedule_cut(follower.next + 1, false, 0);
+    }
+}
+
+/* Outside a record (a walk's growth filled the set): cut after what was applied. */
+void cut_when_full()
+{
+    if (!summaries.cut_soon || summaries.cut_at != 0)
+        return;
+    summaries.cut_soon = false;
+    if (const Lsn at = cut_point_now())
+        schedule_cut(at, false, 0);
+}
+
+/*
+ * Before a map save complete up to follower.next (= C): the summaries end at
+ * C + 1, so that the chain a restarted follower finds ends where its set
+ * starts (summaries_resume()).  False if a summary could not be written,
+ * or the summaries are held: the save is skipped, so that the map is never
+ * ahead of the summaries.
+ */
+bool cut_for_save()
+{
+    if (summaries_held())
+        return false;
+    if (summaries.cut_at != 0 && !perform_cut())
+        return false;
+    if (summaries.set_start > follower.next)
+        return true; /* a fresh set not reached yet, or the chain ends at next + 1 already */
+    schedule_cut(follower.next + 1, false, 0);
+    return perform_cut();
+}
+
+/*
+ * A backend's request (FollowerProgress::cut_requested): everything applied
+ * so far goes to the files, even an empty set (a summary says "nothing
+ * changed" too).  True once written and summarized_lsn published.
+ */
+bool cut_on_request()
+{
+    if (summaries_held())
+        return false;
+    if (summaries.cut_at != 0 && !perform_cut())
+        return false;
+    if (summaries.set->empty() && summaries.set_start > follower.next)
+        return true; /* the files hold everything applied already */
+    const Lsn at = cut_point_now();
+    if (at == 0)
+        return true; /* nothing applied is vouched for yet (a fresh set ahead of the follower) */
+    schedule_cut(at, false, 0);
+    return perform_cut();
+}
+
 /*
  * The start of the record before the one at `first` if it ends at or before
  * `first` (the record ending exactly at a start LSN, which reading from that
@@ -570,6 +1328,7 @@ int apply_available(int budget)
         open_reader();
     XLogReaderState* reader = follower.reader;
     follower.page->end_of_wal = false;
+    follower.at_end = false;
     /* A start position (a redo LSN, a saved covered LSN) is looked up once; after that, reading goes on. */
     Lsn first = follower.next;
     if (!follower.next_is_record_end) {
@@ -577,6 +1336,7 @@ int apply_available(int budget)
         if (first == InvalidXLogRecPtr) {
             if (follower.page->end_of_wal) {
                 publish_caught_up(reader->currTLI);
+                follower.at_end = true;
                 return 0;
             }
             ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
@@ -587,6 +1347,7 @@ int apply_available(int budget)
             const Lsn begin = start_with_previous_record(reader, first);
             if (begin == InvalidXLogRecPtr) {
                 publish_caught_up(reader->currTLI);
+                follower.at_end = true;
                 return 0;
             }
             /* A record's start is where XLogBeginRead() may begin; saves now claim no more than was read. */
@@ -598,25 +1359,40 @@ int apply_available(int budget)
     }
     XLogBeginRead(reader, first);
     int applied = 0;
-    while (applied < budget) {
+    while (applied < budget && summaries.cut_at == 0 && !summaries_held()) {
         char* errormsg = NULL;
         if (XLogReadRecord(reader, &errormsg) == NULL) {
             if (follower.page->end_of_wal) {
                 publish_caught_up(reader->currTLI);
+                follower.at_end = true;
                 break;
             }
             ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
                             errmsg("ptrack could not read the WAL at %X/%X: %s", PTRACK_LSN_ARGS(reader->EndRecPtr),
                                    errormsg != NULL ? errormsg : "no reason given")));
         }
-        if (const char* reason = capture_wal_record(reader, follower_sink))
+        /* A checkpoint's redo LSN reached: the summary ends there, before this record if it ends at or after it. */
+        if (checkpoint_redo_record(reader) && note_redo(reader->ReadRecPtr))
+            break;
+        if (cut_before_record(reader->EndRecPtr))
+            break;
+        summaries.refused = false;
+        summaries.cut_soon = false;
+        summaries.gap_count = 0;
+        if (summaries.scan_tli != 0)
+            guard_scan_chain(reader);
+        if (const char* reason = capture_wal_record(reader, follower_sink)) {
             restart_tracking_at(reader->EndRecPtr, reason);
+            summaries_after_restart(reader->EndRecPtr);
+        }
         if (is_checkpoint_record(reader))
             follower.save_due = true;
         follower.next = reader->EndRecPtr;
         follower.next_is_record_end = true;
+        summaries.last_start = reader->ReadRecPtr;
         publish(&shared->follower.applied_lsn, follower.next);
         ++applied;
+        cut_after_record();
     }
     return applied;
 }
@@ -629,13 +1405,20 @@ int apply_available(int budget)
  */
 void record_start_error(const ErrorData* edata)
 {
+    record_start_reason(edata->sqlerrcode, edata->message != NULL ? edata->message : "no message",
+                        edata->hint != NULL ? edata->hint : "");
+}
+
+/* The same for a reason the follower states itself (hold_summaries()): `message` and `hint` ("" if none). */
+void record_start_reason(int sqlerrcode, const char* message, const char* hint)
+{
     FollowerStartError& e = shared->follower_start_error;
     const TimestampTz now = GetCurrentTimestamp();
     SpinLockAcquire(&e.mutex);
     e.time = now;
-    e.sqlerrcode = edata->sqlerrcode;
-    strlcpy(e.message, edata->message != NULL ? edata->message : "no message", sizeof(e.message));
-    strlcpy(e.hint, edata->hint != NULL ? edata->hint : "", sizeof(e.hint));
+    e.sqlerrcode = sqlerrcode;
+    strlcpy(e.message, message, sizeof(e.message));
+    strlcpy(e.hint, hint, sizeof(e.hint));
     SpinLockRelease(&e.mutex);
 }
 
@@ -742,6 +1525,11 @@ void follow()
         error_context_stack = NULL;
         HOLD_INTERRUPTS();
         EmitErrorReport();
+        /* Half established (the summaries not set up, say): not started, it is all done again. */
+        if (follower.establishing) {
+            follower.establishing = false;
+            follower.started = false;
+        }
         if (!follower.started) {
             /* Not in ErrorContext, which FlushErrorState() resets. */
             MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
@@ -785,25 +1573,66 @@ void follow()
         if (shutdown_requested)
             exit_follower();
         if (!follower.started) {
+            follower.establishing = true;
             establish_start();
-            clear_start_error();
+            follower.establishing = false;
+            if (!summaries_held())
+                clear_start_error(); /* else the reason stays until the summaries can be kept */
             publish(&shared->follower.applied_lsn, follower.next);
             error_backoff_s = 1;
         }
+        /* Summaries that cannot be kept come first: nothing is applied, cut or saved until they can. */
+        if (summaries_held() && !retry_held_step()) {
+            sleep_until_woken();
+            continue;
+        }
+        /* A cut waiting to be written comes first: no WAL is applied until it is (the slot keeps it). */
+        if (summaries.cut_at != 0 && !retry_pending_cut()) {
+            sleep_until_woken();
+            continue;
+        }
+        /* On a primary the follower usually learns a checkpoint's redo LSN before it reaches it. */
+        if (!RecoveryInProgress() && note_redo(GetRedoRecPtr()))
+            continue;
+        /* A backend's request for a cut, seen before this batch (shared_state.h). */
+        const uint64_t cut_requested = shared->follower.cut_requested.load(Order::kAcquire);
+        const bool cut_wanted = cut_requested != shared->follower.cut_done.load(Order::kAcquire);
         follower.reading = true;
         const int applied = apply_available(1000);
         follower.reading = false;
+        if (cut_wanted && follower.at_end && summaries.cut_at == 0) {
+            /*
+             * Caught up with the WAL written before the request, and the
+             * growth of a walk that started after every walk request made
+             * before it: a backend asks for a walk (wait_for_follower())
+             * before it asks for a cut, so once walk_done reaches the walk
+             * requests seen now, the growth found since the backend's call
+             * began is in the set already (record_walk_growth()) and no
+             * second walk is needed.
+             */
+            const uint64_t walk = shared->follower.walk_requested.load(Order::kAcquire);
+            if (walk != shared->follower.walk_done.load(Order::kAcquire)) {
+                (void) growth_walk(false);
+                publish(&shared->follower.walk_done, walk);
+            }
+            if (cut_on_request())
+                publish(&shared->follower.cut_done, cut_requested);
+        }
         const uint64_t requested = shared->follower.walk_requested.load(Order::kAcquire);
         if (requested != shared->follower.walk_done.load(Order::kAcquire)) {
             (void) growth_walk(false);
             publish(&shared->follower.walk_done, requested);
         }
-        if (follower.save_due && (follower.save_backoff_s == 0 || GetCurrentTimestamp() >= follower.save_retry_at))
+        cut_when_full();
+        if (follower.save_due && (follower.save_backoff_s == 0 || GetCurrentTimestamp() >= follower.save_retry_at) &&
+            TimestampDifferenceExceeds(follower.saved_at, GetCurrentTimestamp(), kMinSaveIntervalMs))
             save_now();
-        if (applied == 0)
+        /* Expired and combinable summaries (a few files' work at most; nothing when nothing is new). */
+        summary_retention_pass();
+        if (applied == 0 && summaries.cut_at == 0)
             sleep_until_woken();
         else
-            CHECK_FOR_INTERRUPTS();
+            CHECK_FOR_INTERRUPTS(); /* more WAL, or a cut to write first */
     }
 }
 
@@ -817,6 +1646,19 @@ void define_wal_follower_gucs()
                             "until the follower has applied the WAL flushed (or replayed) before the call.",
                             &wal_wait_timeout_ms, 60000, 100, INT_MAX / 2, PGC_USERSET, GUC_UNIT_MS, NULL, NULL,
                             NULL);
+    DefineCustomIntVariable("ptrack.wal_summary_memory",
+                            "Memory the WAL follower's exact change set may use before it writes a summary.",
+                            "With WAL capture, the follower records every change exactly and writes it as a summary "
+                            "file (pg_wal/ptrack) at each save, at checkpoints' redo LSNs, on request, and "
+                            "whenever the set reaches this size. A change takes effect with the next summary.",
+                            &wal_summary_memory_mb, 64, kMinSummaryMemoryMb, kMaxSummaryMemoryMb, PGC_SIGHUP,
+                            GUC_UNIT_MB, NULL, NULL, NULL);
+    DefineCustomEnumVariable("ptrack.wal_answer_source",
+                             "Where ptrack's functions answer from with WAL capture (developer option).",
+                             "summaries: the change summaries under pg_wal/ptrack; map: the change map, which the "
+                             "WAL follower still fills too, for comparisons.",
+                             &wal_answer_source, kAnswerFromSummaries, answer_source_options, PGC_SUSET,
+                             GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
 }
 
 void remove_follower_slot(const char* why)
@@ -1012,13 +1854,77 @@ void wait_for_follower()
     }
 }
 
+/*
+ * The answers' source (CaptureSourceOps::summaries).  A cut, after
+ * wait_for_follower(), which saw the follower apply the WAL written before
+ * the call and finish a size walk started since: this bumps cut_requested;
+ * the follower writes what it holds in memory as a summary, publishes
+ * summarized_lsn and then cut_done.  The walk dates the growth it found at
+ * the WAL position read after it, later than what the follower had applied
+ * then; the follower puts it in its set at once, so the next summary holds
+ * it whatever its end.  This side does not rely on that alone: the target is
+ * the WAL position now (freshness_target(), flushed: not before the walk's
+ * date), and a cut that ends at or before it is asked for once more when
+ * the follower has applied that far, so that summarized_lsn is past every
+ * change made before the call by the files' own rule ([start, end) holds
+ * what was recorded below end).  Same timeout and errors as
+ * wait_for_follower().
+ */
+bool wal_summaries(bool cut, Lsn* summarized)
+{
+    FollowerProgress& f = shared->follower;
+    if (wal_answer_source == kAnswerFromMap)
+        return false;
+    if (!cut) {
+        *summarized = f.summarized_lsn.load(Order::kAcquire);
+        return true;
+    }
+    const Lsn target = freshness_target();
+    uint64_t requested = f.cut_requested.add(1, Order::kAcqRel);
+    const TimestampTz start = GetCurrentTimestamp();
+    for (;;) {
+        if (f.cut_done.load(Order::kAcquire) >= requested) {
+            const Lsn now = f.summarized_lsn.load(Order::kAcquire);
+            /* 0: no summary vouches for anything yet, and a cut cannot change that (summary_scan() says so). */
+            if (now > target || now == 0) {
+                *summarized = now;
+                return true;
+            }
+            /* Once the follower has applied past the target, the next cut ends past it: one more request. */
+            if (f.applied_lsn.load(Order::kAcquire) >= target)
+                requested = f.cut_requested.add(1, Order::kAcqRel);
+        }
+        if (void* latch = f.latch.load(Order::kAcquire))
+            SetLatch(static_cast<Latch*>(latch));
+        fail_if_follower_cannot_start();
+        if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), wal_wait_timeout_ms)) {
+            const Lsn summarized_now = f.summarized_lsn.load(Order::kAcquire);
+            ereport(ERROR,
+                    (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                     errmsg("ptrack's WAL follower has not written its change summary within ptrack.wal_wait_timeout "
+                            "(%d ms)",
+                            wal_wait_timeout_ms),
+                     errdetail("The newest summary ends at %X/%X; the answer needs one past %X/%X. The follower has "
+                               "applied the WAL up to %X/%X.",
+                               PTRACK_LSN_ARGS(summarized_now), PTRACK_LSN_ARGS(target),
+                               PTRACK_LSN_ARGS(f.applied_lsn.load(Order::kAcquire))),
+                     errhint("Check the server log for errors of the \"ptrack WAL follower\" process, or raise "
+                             "ptrack.wal_wait_timeout.")));
+        }
+        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10, PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+    }
+}
+
 const CaptureSourceOps kWalSource = {
     "wal",
     {CaptureSourceId::kWal, "ptrack_init_lsn() is set where the WAL follower starts reading.",
      "Backups are not affected yet: the changes are tracked in memory, and the WAL since ptrack's last successful "
      "save is kept (replication slot \"ptrack_wal_follower\") so that tracking survives a restart; pg_wal grows "
      "until a save succeeds. The WAL follower retries with a growing pause.",
-     "Make the data directory and ptrack's files in it (ptrack.map*, ptrack.limits*, ptrack.sizes*) writable by "
+     "Make the data directory, pg_wal/ptrack and ptrack's files in them (ptrack.map*, ptrack.limits*, ptrack.sizes*, "
+     "the change summaries) writable by "
      "the server's user, and free disk space.",
      wal_before_load, wal_start_fresh, wal_continue_loaded},
     false,
@@ -1031,6 +1937,7 @@ const CaptureSourceOps kWalSource = {
     wal_save_point,
     wal_save_done,
     wait_for_follower,
+    wal_summaries,
     wait_for_follower,
     false,
     wal_not_running,
@@ -1053,6 +1960,7 @@ static void clear_follower_pid(int, Datum)
 void ptrack_wal_follower_main(Datum)
 {
     pqsignal(SIGTERM, follower_sigterm);
+    archive_stop_waiting_on(&shutdown_requested);
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
     /* A cancel must not abort a read (that would restart tracking); only SIGTERM stops the follower. */
     pqsignal(SIGINT, SIG_IGN);
@@ -1060,6 +1968,10 @@ void ptrack_wal_follower_main(Datum)
     BackgroundWorkerInitializeConnection(NULL, NULL, 0);
     follower.cxt = AllocSetContextCreate(TopMemoryContext, "ptrack WAL follower", ALLOCSET_DEFAULT_SIZES);
     growth_create();
+    /* Private memory (malloc), no destructor: never a C++ object across an ereport. */
+    build_set();
+    summaries.set_start = UINT64_MAX; /* nothing is recorded until the start is established */
+    growth_set_recorder(record_walk_growth);
     follower.next = InvalidXLogRecPtr;
     publish(&shared->follower.applied_lsn, 0);
     shared->follower.latch.store(static_cast<void*>(MyLatch), Order::kRelease);

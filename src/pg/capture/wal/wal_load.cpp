@@ -22,6 +22,7 @@ extern "C" {
 
 #include "capture/file_growth.h"
 #include "capture/startup_scan.h"
+#include "capture/wal/scan_summary.h"
 #include "capture/wal/wal_load.h"
 #include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
@@ -110,8 +111,9 @@ Lsn presize_before_recovery()
  * The wal source's fresh map in a data directory restored from a base
  * backup: marks what the WAL in pg_wal changed from the backup's redo LSN
  * on (the WAL recovery is about to replay, beginning with the record that
- * ends at the redo LSN if pg_wal holds it), and records the range in
- * `state` for the follower (capture_wal.cpp).
+ * ends at the redo LSN if pg_wal holds it), writes the same as change
+ * summaries (scan_summary.h), and records both ranges in `state` for the
+ * follower (capture_wal.cpp).
  *
  * A standby's follower starts at consistency and reads from the redo LSN
  * itself; the scan adds the record ending exactly there, which reading from
@@ -129,8 +131,11 @@ Lsn presize_before_recovery()
 void scan_restored_backup(const ControlFileData& control, Lsn redo, Map* map, SharedState* state)
 {
     StartupScan scan;
-    const char* why = scan_wal_at_startup(control, redo, control.checkPointCopy.ThisTimeLineID, map, &scan);
+    ScanSummaryWriter summaries(control.checkPointCopy.ThisTimeLineID);
+    const char* why =
+        scan_wal_at_startup(control, redo, control.checkPointCopy.ThisTimeLineID, map, &scan, &summaries);
     if (why != nullptr) {
+        summaries.abandon();
         map->clear();
         ereport(LOG, (errmsg("ptrack cannot prove the WAL since the base backup's redo LSN %X/%X complete: %s",
                              PTRACK_LSN_ARGS(redo), why),
@@ -140,6 +145,11 @@ void scan_restored_backup(const ControlFileData& control, Lsn redo, Map* map, Sh
     log_startup_scan(scan, "since the base backup's redo LSN");
     state->restored_scan_from = scanned_from(scan, redo, control.xlog_seg_size);
     state->restored_scan_end = scan.end;
+    /* The same range as summaries (scan_summary.h): the follower's chain goes on from its end. */
+    const ScanChain chain = summaries.finish(scan.end);
+    state->restored_summary_from = chain.start_lsn;
+    state->restored_summary_end = chain.end_lsn;
+    state->restored_summary_timeline = control.checkPointCopy.ThisTimeLineID;
     /*
      * The follower may skip to the scan's end only on a restored primary.
      * And not when the scanned WAL truncates relations: the sizes saved

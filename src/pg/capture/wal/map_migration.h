@@ -1,0 +1,44 @@
+/*
+ * map_migration.h -- a trusted map that comes without change summaries
+ * becomes one: the summary of [ptrack_init_lsn(), covered + 1), so that
+ * answering from the summaries (docs/design.md section 9.2) does not move
+ * ptrack_init_lsn() forward and force a full backup.
+ *
+ * When: the WAL follower resumes from a trusted map (its covered LSN C) and
+ * pg_wal/ptrack holds no chain ending at C + 1: an upgrade from a version of
+ * ptrack that kept only the map (issue 21, item 6), or a summary directory
+ * lost or broken while the server was stopped.  The map is complete from
+ * init_lsn up to C (that is what trusting it means), so its answer since
+ * init_lsn, taken file by file as ptrack_get_pagemapset() would
+ * (core/map_answer.h), lists every block changed in [init_lsn, C + 1):
+ * exactly what that summary must hold, plus the map's false positives.
+ * Growth without WAL after the map's last walk is found by the follower's
+ * next walk against the sizes saved with the map, and goes into a later
+ * summary (dated later: safe).
+ */
+#ifndef PTRACK_PG_MAP_MIGRATION_H
+#define PTRACK_PG_MAP_MIGRATION_H
+
+#include "core/shared_state.h"
+
+namespace ptrack::pg {
+
+/*
+ * In the WAL follower: fills a change set of its own (budget
+ * ptrack.wal_summary_memory, freed before returning; the follower's set may
+ * already hold growth its walks found) with the map's answer since `since`
+ * for every relation file
+ * (a walk of the data directory: one stat() per file the map or the limit
+ * table may list, one map lookup per block), and writes it as the summary
+ * of [since, end) on `timeline`.  Blocks are added one by one while the set
+ * has room; once it is nearly full, every further file adds its fork's
+ * first listed block as a limit instead (every block from it on: more
+ * blocks, never fewer).  True when written (LOG); false after a WARNING
+ * saying why, with no file left behind.  May raise an ERROR (an unreadable
+ * data directory), as any walk does.
+ */
+bool migrate_map_to_summary(Lsn since, Lsn end, uint32_t timeline);
+
+}  // namespace ptrack::pg
+
+#endif

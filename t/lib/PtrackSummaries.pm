@@ -1,0 +1,189 @@
+# Copyright (c) the ptrack authors
+
+=pod
+
+=head1 NAME
+
+PtrackSummaries - read wal capture's summary files (pg_wal/ptrack) in TAP tests
+
+=head1 SYNOPSIS
+
+  use PtrackSummaries qw(summaries chain_break describe_summaries lsn_text summary_temp_files);
+
+  my @s = summaries($node->data_dir);   # [ { name, start, end, flags } ] by start
+  is(chain_break(@s), '', 'no hole') or diag describe_summaries(@s);
+
+=head1 DESCRIPTION
+
+Reads the headers of the summary files on its own, from the byte layout of
+include/ptrack/summary_file.h, so that a test sees what is on disk without
+asking the server.  Names are "<16 hex start><16 hex end>.summary"
+(src/pg/persist/summary_io.h).
+
+=cut
+
+package PtrackSummaries;
+
+use strict;
+use warnings;
+
+use Carp;
+use Exporter 'import';
+use PtrackCluster;
+
+our @EXPORT_OK = qw(summary_dir summaries chain_break describe_summaries lsn_text summary_temp_files
+  summary_name copy_summary_as);
+
+=pod
+
+=head1 FUNCTIONS
+
+=over
+
+=item summary_dir($pgdata)
+
+The directory of the summaries.
+
+=item lsn_text($lsn)
+
+An LSN (an integer) as PostgreSQL prints it.
+
+=item summary_name($start, $end)
+
+The file name of the summary of [$start, $end).
+
+=item summaries($pgdata)
+
+Every summary file, as hashes { name, start, end, flags, valid }, sorted by
+start then by end descending (a file holding another's range first).
+valid is false when the header is not a summary header (magic, header
+CRC-32C) matching the name (planted or damaged files); start and end come
+from the name.
+
+=item chain_break(@summaries)
+
+The first place where the chain breaks (a hole or an overlap), or ''.
+
+=item describe_summaries(@summaries)
+
+"start-end[R]" for each file (R: ends at a redo LSN), for messages.
+
+=item summary_temp_files($pgdata)
+
+The names of the .tmp files in the directory.
+
+=item copy_summary_as($pgdata, $source_name, $start, $end [, $flags])
+
+Writes the summary file of [$start, $end) with the body of $source_name and
+its header saying that range (and $flags if given; header CRC-32C
+recomputed): a file every
+check of the reader passes (this cluster, this server, CRCs, counts) that
+holds another range's changes.  Replaces a file of that name; returns the
+name.
+
+=back
+
+=cut
+
+sub summary_dir { my ($pgdata) = @_; return "$pgdata/pg_wal/ptrack"; }
+
+sub lsn_text { my ($v) = @_; return sprintf('%X/%X', $v >> 32, $v & 0xFFFFFFFF); }
+
+sub summary_name { my ($start, $end) = @_; return sprintf('%016X%016X.summary', $start, $end); }
+
+sub summaries
+{
+	my ($pgdata) = @_;
+	# A listing taken while the follower combines may miss both the combined
+	# file (not there yet when listed) and its inputs (removed when opened):
+	# list again until no listed file vanished.
+	for (1 .. 100)
+	{
+		my ($vanished, @s) = _list($pgdata);
+		return @s unless $vanished;
+	}
+	croak 'the summary files keep changing while listed';
+}
+
+sub _list
+{
+	my ($pgdata) = @_;
+	my $dir = summary_dir($pgdata);
+	my ($vanished, @out) = (0);
+	opendir(my $dh, $dir) or return (0);
+	for my $name (readdir $dh)
+	{
+		next unless $name =~ /^([0-9A-F]{16})([0-9A-F]{16})\.summary$/;
+		my ($ns, $ne) = (hex($1), hex($2));
+		my $fh;
+		if (!open($fh, '<', "$dir/$name"))
+		{
+			croak "open $dir/$name: $!" unless $!{ENOENT};
+			$vanished = 1;
+			next;
+		}
+		binmode $fh;
+		my $header = '';
+		my $n = read($fh, $header, 96) // 0;
+		close $fh;
+		my ($valid, $flags) = (0, 0);
+		if ($n == 96 && substr($header, 0, 8) eq 'PTRKSUMM')
+		{
+			my ($start, $end) = unpack('Q< Q<', substr($header, 32, 16));
+			$flags = unpack('L<', substr($header, 68, 4));
+			my $crc_ok = unpack('L<', substr($header, 92, 4)) == PtrackCluster::_crc32c(substr($header, 0, 92));
+			$valid = $crc_ok && $start == $ns && $end == $ne;
+		}
+		push @out, { name => $name, start => $ns, end => $ne, flags => $flags, valid => $valid };
+	}
+	closedir $dh;
+	return ($vanished, sort { $a->{start} <=> $b->{start} || $b->{end} <=> $a->{end} } @out);
+}
+
+sub chain_break
+{
+	my @s = @_;
+	for my $i (1 .. $#s)
+	{
+		return sprintf('%s ends at %s but %s starts at %s', $s[ $i - 1 ]{name}, lsn_text($s[ $i - 1 ]{end}),
+			$s[$i]{name}, lsn_text($s[$i]{start}))
+		  if $s[ $i - 1 ]{end} != $s[$i]{start};
+	}
+	return '';
+}
+
+sub describe_summaries
+{
+	return join(', ', map { lsn_text($_->{start}) . '-' . lsn_text($_->{end}) . ($_->{flags} & 1 ? 'R' : '') } @_);
+}
+
+sub copy_summary_as
+{
+	my ($pgdata, $source, $start, $end, $flags) = @_;
+	my $dir = summary_dir($pgdata);
+	open(my $in, '<:raw', "$dir/$source") or croak "open $dir/$source: $!";
+	local $/;
+	my $data = <$in>;
+	close $in;
+	croak "$source is not a summary" unless length($data) >= 96 && substr($data, 0, 8) eq 'PTRKSUMM';
+	substr($data, 32, 16) = pack('Q< Q<', $start, $end);
+	substr($data, 68, 4) = pack('L<', $flags) if defined $flags;
+	substr($data, 92, 4) = pack('L<', PtrackCluster::_crc32c(substr($data, 0, 92)));
+	my $name = summary_name($start, $end);
+	open(my $out, '>:raw', "$dir/$name.planted") or croak "open $dir/$name.planted: $!";
+	print $out $data;
+	close $out or croak "close: $!";
+	rename("$dir/$name.planted", "$dir/$name") or croak "rename to $name: $!";
+	return $name;
+}
+
+sub summary_temp_files
+{
+	my ($pgdata) = @_;
+	opendir(my $dh, summary_dir($pgdata)) or return ();
+	my @t = grep { /\.tmp$/ } readdir $dh;
+	closedir $dh;
+	return @t;
+}
+
+1;
