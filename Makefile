@@ -104,6 +104,26 @@ $(PG_SRCS:.cpp=.o): override CPPFLAGS += -DPTRACK_PG_LAYER
 # --enable-depend: rebuild every object when any of our headers changes.
 $(OBJS): $(wildcard include/ptrack/*.h src/engine/*.h) $(PG_HDRS)
 
+# The objects are built in the tree, for one server: built for 15 and then
+# installed into 18 (make PG_CONFIG=.../18/bin/pg_config install), they would
+# be linked into an ptrack.so that 18 refuses ("incompatible library") or,
+# worse for a patched build of the same major version, accepts.  The stamp
+# names the server the objects were compiled for (its version, its include
+# directory, the compiler flags); when it changes, it is rewritten, and being
+# newer than every object, it makes all of them rebuild.
+ifneq ($(SERVER_GOALS),)
+SERVER_STAMP = .ptrack-server-stamp
+SERVER_ID := $(shell '$(PG_CONFIG)' --version) $(shell '$(PG_CONFIG)' --includedir-server) $(CXXFLAGS)
+$(SERVER_STAMP): FORCE_STAMP
+	@if [ "$$(cat $@ 2>/dev/null)" != '$(SERVER_ID)' ]; then \
+		[ ! -e $@ ] || echo "ptrack: objects were built for another server ($$(cut -c1-60 $@)...): rebuilding all" >&2; \
+		echo '$(SERVER_ID)' > $@; \
+	fi
+.PHONY: FORCE_STAMP
+$(OBJS): $(SERVER_STAMP)
+EXTRA_CLEAN += $(SERVER_STAMP)
+endif
+
 .PHONY: pg-prefix patched-server unittest check-all installcheck-off check-no-throw check-layers check-doc-refs
 
 # The C++ runtime's entry points that throw or unwind, as ptrack.so would
