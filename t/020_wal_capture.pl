@@ -35,25 +35,12 @@ use Test::More;
 
 use PtrackBackup qw(full_backup incremental_backup restore start_restored);
 use PtrackVerify qw(compare_clusters);
-use PtrackCluster qw(capture_mode new_node ptrack_node log_position log_since init_lsn);
+use PtrackCluster qw(capture_mode new_node ptrack_node log_position log_since init_lsn follower_pid);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok);
 
 plan skip_all => 'WAL capture runs on servers without the core hooks' unless capture_mode() eq 'wal';
 
 my $slot = 'ptrack_wal_follower';
-
-# The PID of the follower, waiting for it to (re)start.
-sub follower_pid
-{
-	my ($node) = @_;
-	my $pid;
-	$node->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'ptrack WAL follower'")
-	  or die 'the ptrack WAL follower did not start';
-	$pid = $node->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'ptrack WAL follower'");
-	return $pid;
-}
 
 # ---------------------------------------------------------------------------
 # 1. Loading, the capture source, the slot
@@ -64,6 +51,13 @@ my $node = ptrack_node('primary', allows_streaming => 1, stock => 1,
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION ptrack');
 is($node->safe_psql('postgres', 'SHOW ptrack.capture'), 'wal', 'SHOW ptrack.capture names the source that runs');
+# Accepted now, it would stop the next start with the FATAL below: refused at once.
+my ($rc, $out, $err) = $node->psql('postgres', "ALTER SYSTEM SET ptrack.capture = 'hooks'");
+isnt($rc, 0, 'ALTER SYSTEM SET ptrack.capture = hooks is refused on a stock server');
+like($err, qr/ERROR:  invalid value for parameter "ptrack\.capture": "hooks".*\n(?:.*\n)*?DETAIL:  This server has no ptrack core hooks/m,
+	'the ERROR says the server has no hooks') or diag("psql said: $err");
+unlike(slurp_file($node->data_dir . '/postgresql.auto.conf'), qr/ptrack\.capture/,
+	'postgresql.auto.conf does not name ptrack.capture');
 my $fpid = follower_pid($node);
 is( $node->safe_psql('postgres',
 		"SELECT active_pid FROM pg_replication_slots WHERE slot_name = '$slot' AND slot_type = 'physical'"),

@@ -58,7 +58,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node log_position log_since init_lsn wait_until_recovered);
+use PtrackCluster qw(capture_mode ptrack_node log_position log_since init_lsn wait_until_recovered follower_pid);
 use PtrackOracle qw(lsn_to_int no_misses_ok);
 
 my $mode = capture_mode();
@@ -412,8 +412,7 @@ GATE
 	my $caught_up = 'SELECT follower_lsn >= pg_last_wal_replay_lsn() FROM ptrack_status()';
 	$moved->poll_query_until('postgres', $caught_up)
 	  or die 'the follower did not catch up with recovery held before ' . $g1;
-	my $fpid = $moved->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'ptrack WAL follower'");
+	my $fpid = follower_pid($moved);
 	kill 'STOP', $fpid;
 	# Recovery restores and replays $g1 and $g2, then waits for $g3.
 	$set_hold->($g3);

@@ -106,7 +106,7 @@ chmod(0600, "$pgdata/ptrack.map") or die "chmod: $!";
 
 # ---- 4. invalid settings --------------------------------------------------------------
 
-for my $setting ("ptrack.capture = garbage", "ptrack.wal_wait_timeout = 'soon'")
+for my $setting ("ptrack.capture = garbage", "ptrack.wal_wait_timeout = 'soon'", "ptrack.wal_summary_memory = '1MB'")
 {
 	my ($name) = $setting =~ /^(\S+)/;
 	$node->append_conf('postgresql.conf', "$setting\n");

@@ -35,7 +35,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node init_lsn server_major);
+use PtrackCluster qw(capture_mode ptrack_node init_lsn server_major follower_pid);
 use PtrackOracle qw(lsn_to_int);
 use PtrackSummaries qw(lsn_text chain_break describe_summaries summary_temp_files);
 
@@ -207,8 +207,7 @@ is(chain_break(@s), '', 'idle: the chain has no hole');
 # summary.  Before 17 only the last is learnt ahead (GetRedoRecPtr()); the
 # others end a summary at the save after their checkpoint record.
 
-my $fpid = $node->safe_psql('postgres',
-	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'ptrack WAL follower'");
+my $fpid = follower_pid($node);
 ok($fpid =~ /^\d+$/, "the WAL follower runs (PID $fpid)");
 my @redos;
 kill 'STOP', $fpid;

@@ -225,6 +225,7 @@ struct ConfiguredText {
 };
 static ConfiguredText configured_texts[] = {{"ptrack.capture", NULL},
                                             {"ptrack.wal_wait_timeout", NULL},
+                                            {"ptrack.wal_summary_memory", NULL},
                                             {"ptrack.verify_max_rate", NULL},
                                             {"ptrack.wal_summary_keep_time", NULL},
                                             {"ptrack.wal_summary_max_files", NULL},
@@ -290,8 +291,9 @@ static void warn_unknown_settings()
                  map_size_mb == 0 ? errdetail("ptrack.map_size is 0, so change tracking is off.")
                                   : errdetail("ptrack.map_size is %d MB; change tracking is on.", map_size_mb),
                  errhint("Correct the name in the configuration. ptrack's parameters are ptrack.map_size, "
-                         "ptrack.capture, ptrack.wal_wait_timeout, ptrack.wal_summary_keep_time, "
-                         "ptrack.wal_summary_max_files and ptrack.verify_max_rate.")));
+                         "ptrack.capture, ptrack.wal_wait_timeout, ptrack.wal_summary_memory, "
+                         "ptrack.wal_summary_keep_time, ptrack.wal_summary_max_files and "
+                         "ptrack.verify_max_rate.")));
     }
 }
 
@@ -300,6 +302,24 @@ static void warn_unknown_settings()
  * the configured source cannot run here (the server does not start with
  * tracking in an unknown state, as for ptrack.map_size).
  */
+/*
+ * ptrack.capture's check hook, for a value set in a running server (ALTER
+ * SYSTEM, a reload): "hooks" on a server without the core hooks would be
+ * accepted now and stop the next start with the FATAL below, so it is
+ * refused at once.  At startup (the library being preloaded) the value is
+ * left to resolve_capture_source(), whose FATAL says the same.
+ */
+static bool check_capture_setting(int* newval, void** extra, GucSource source)
+{
+    if (*newval != kCaptureHooks || process_shared_preload_libraries_in_progress || hooks_available())
+        return true;
+    GUC_check_errdetail("This server has no ptrack core hooks (patches/pg%u-ptrack-hooks.patch); it would not "
+                        "start with this setting.",
+                        kServerMajor);
+    GUC_check_errhint("Use ptrack.capture = auto or wal to capture changes from the WAL on this server.");
+    return false;
+}
+
 static const CaptureSourceOps* resolve_capture_source()
 {
     const bool have_hooks = hooks_available();
@@ -351,7 +371,8 @@ void _PG_init(void)
     DefineCustomEnumVariable("ptrack.capture", "Where ptrack captures changed blocks from.",
                              "auto: the core-patch hooks when the server has them, else the WAL; hooks; wal. "
                              "SHOW gives the source that runs.",
-                             &capture_setting, kCaptureAuto, capture_options, PGC_POSTMASTER, 0, NULL, NULL, NULL);
+                             &capture_setting, kCaptureAuto, capture_options, PGC_POSTMASTER, 0, check_capture_setting,
+                             NULL, NULL);
     define_wal_follower_gucs();
     define_summary_retention_gucs();
     define_verify_gucs();

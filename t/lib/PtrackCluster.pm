@@ -55,6 +55,7 @@ our @EXPORT_OK = qw(
   log_position
   log_since
   wait_until_recovered
+  follower_pid
   not_trusted_re
   count_matches
   init_lsn
@@ -431,6 +432,24 @@ sub wait_until_recovered
 	$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
 	  or croak 'the server ' . $node->name . ' did not finish recovery';
 	return;
+}
+
+=pod
+
+=item follower_pid($node)
+
+The PID of the node's ptrack WAL follower, waiting (poll_query_until) for
+exactly one to run; dies if none starts.
+
+=cut
+
+sub follower_pid
+{
+	my ($node) = @_;
+	my $running = "FROM pg_stat_activity WHERE backend_type = 'ptrack WAL follower'";
+	$node->poll_query_until('postgres', "SELECT count(*) = 1 $running")
+	  or croak 'the ptrack WAL follower of ' . $node->name . ' did not start';
+	return $node->safe_psql('postgres', "SELECT pid $running");
 }
 
 sub log_position
