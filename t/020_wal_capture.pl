@@ -200,9 +200,14 @@ cmp_ok($wal_mb, '<=', 32 + 64 + 48, "pg_wal stays bounded ($wal_mb MB)");
 
 $node->append_conf('postgresql.conf', "max_slot_wal_keep_size = -1\n");
 $node->reload;
+# A slot of its own keeps the WAL the standby still needs: on a loaded machine
+# it fell behind the primary's max_wal_size (64MB) and never caught up
+# ("requested WAL segment ... has already been removed").
+$node->safe_psql('postgres', "SELECT pg_create_physical_replication_slot('standby_slot', true)");
 $node->backup('for_standby');
 my $standby = new_node('standby', stock => 1);
 $standby->init_from_backup($node, 'for_standby', has_streaming => 1);
+$standby->append_conf('postgresql.conf', "primary_slot_name = 'standby_slot'\n");
 $standby->start;
 follower_pid($standby);
 $node->wait_for_catchup($standby);
