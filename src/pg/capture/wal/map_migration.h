@@ -19,7 +19,12 @@
 #ifndef PTRACK_PG_MAP_MIGRATION_H
 #define PTRACK_PG_MAP_MIGRATION_H
 
+extern "C" {
+#include "catalog/pg_control.h"
+}
+
 #include "core/shared_state.h"
+#include "ptrack/map_file.h"
 
 namespace ptrack::pg {
 
@@ -38,6 +43,22 @@ namespace ptrack::pg {
  * data directory), as any walk does.
  */
 bool migrate_map_to_summary(Lsn since, Lsn end, uint32_t timeline);
+
+/*
+ * The wal source's SourcePersistence::migrate_loaded (persist/map_persistence.h),
+ * in the postmaster: `old_map`, a trusted ptrack.map of the size
+ * ptrack.map_size gave when the follower still marked the map, read into
+ * private memory and complete from header.init_lsn up to its covered LSN C.
+ * The summaries it comes with are kept if they chain to C + 1
+ * (summary_keep_chain_to()); otherwise its answer since init_lsn becomes the
+ * summary of [init_lsn, C + 1) (migrate_map_to_summary(), run on `old_map`),
+ * so that the follower, which resumes at C and finds no marks in the small
+ * map, goes on from a whole chain.  If that cannot be done (a WARNING says
+ * why), the follower restarts tracking at C + 1 when it resumes.  May raise
+ * an ERROR (a data directory that cannot be read), as the postmaster's
+ * other walks do.
+ */
+void wal_migrate_loaded(const ControlFileData* control, const MapFileHeader& header, const Map& old_map);
 
 }  // namespace ptrack::pg
 
