@@ -36,13 +36,17 @@
  * too, so ptrack_init_lsn() is the redo LSN itself, the start LSN a backup
  * tool gives the restored backup.
  *
- * Summaries (docs/design.md section 9.1): every change also goes to an exact
+ * Summaries (docs/design.md section 9.1): every change goes to an exact
  * change set in private memory, written as immutable summary files
  * (persist/summary_io.h) at every save, at checkpoints' redo LSNs, on a
  * backend's request and when the set is full; the rules are at struct
  * Summaries.  The SQL functions answer from them (wal_summaries() below,
- * sql/summary_scan.cpp); the map is still filled too, and answers with the
- * developer setting ptrack.wal_answer_source = map.  A restored backup's
+ * sql/summary_scan.cpp).  The map is not marked (section 9.5): it keeps
+ * only the resume point (its covered LSN, init_lsn) in the smallest
+ * geometry, whatever ptrack.map_size says; "marks" above means the change
+ * set.  The developer setting ptrack.wal_legacy_map has the follower mark a
+ * map of ptrack.map_size too, as before, and ptrack.wal_answer_source = map
+ * then answers from it (bench/vs_summarizer.sh --legacy-map).  A restored backup's
  * fresh start goes on from the summaries the postmaster wrote of the WAL it
  * read before recovery (summaries_continue_scan(), scan_summary.h).
  *

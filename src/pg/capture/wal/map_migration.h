@@ -4,10 +4,14 @@
  * answering from the summaries (docs/design.md section 9.2) does not move
  * ptrack_init_lsn() forward and force a full backup.
  *
- * When: the WAL follower resumes from a trusted map (its covered LSN C) and
- * pg_wal/ptrack holds no chain ending at C + 1: an upgrade from a version of
- * ptrack that kept only the map (issue 21, item 6), or a summary directory
- * lost or broken while the server was stopped.  The map is complete from
+ * When: at startup, a trusted full-size map of an earlier run (its covered
+ * LSN C) that comes without a chain ending at C + 1 in pg_wal/ptrack: an
+ * upgrade from a version of ptrack that kept only the map, or one whose
+ * follower still marked the map (issue 21, items 5 and 6).  The postmaster
+ * reads that map privately and migrates it (wal_migrate_loaded()); the
+ * follower itself does so only with ptrack.wal_legacy_map, whose map it
+ * marks.  A small, unmarked map without its chain restarts tracking
+ * instead (docs/design.md section 9.4).  The map is complete from
  * init_lsn up to C (that is what trusting it means), so its answer since
  * init_lsn, taken file by file as ptrack_get_pagemapset() would
  * (core/map_answer.h), lists every block changed in [init_lsn, C + 1):
@@ -29,7 +33,8 @@ extern "C" {
 namespace ptrack::pg {
 
 /*
- * In the WAL follower: fills a change set of its own (budget
+ * In the WAL follower (legacy map) or the postmaster (wal_migrate_loaded(),
+ * with the global map pointed at the private one): fills a change set of its own (budget
  * ptrack.wal_summary_memory, freed before returning; the follower's set may
  * already hold growth its walks found) with the map's answer since `since`
  * for every relation file
