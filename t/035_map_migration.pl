@@ -29,9 +29,14 @@
 #      its marks cannot stand in for them, so tracking restarts with the
 #      WARNING and ptrack_get_pagemapset(L0) refuses: never a short answer.
 #
+#   5. saves made while the summaries' chain ends at a redo LSN the follower
+#      has not reached: they wait, so immediate stops right after them resume
+#      on a whole chain (no restart, nothing missed).
+#
 # Without the migration, ptrack_init_lsn() moves past L0 in rounds 1 and 2;
 # without the small geometry the size checks fail; reading a small map's
-# (empty) marks as a migration would answer short in 4.
+# (empty) marks as a migration would answer short in 4; without the wait of
+# the save, 5 restarts tracking.
 
 use strict;
 use warnings;
@@ -40,6 +45,7 @@ use FindBin;
 use lib "$FindBin::RealBin/lib";
 
 use File::Path qw(rmtree);
+use Time::HiRes qw(usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -155,6 +161,42 @@ my ($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM ptrack_get
 isnt($ret, 0, 'small map: ptrack_get_pagemapset(L0) refuses') or diag "it answered $out";
 like($err, qr/full backup/, 'small map: the refusal says to take a full backup');
 no_misses_ok($node, $init, 'small map: nothing missed since the new ptrack_init_lsn()');
+
+# 5. A save while the chain already ends ahead of the follower: stopped
+#    (SIGSTOP) across CHECKPOINT, a small change and CHECKPOINT, the follower
+#    then reads both in one batch; it cuts at the second checkpoint's redo
+#    LSN R before the record reaching R is applied, and the save due after
+#    the first checkpoint record comes in that same loop.  Claiming the
+#    covered LSN C = where the follower stands would leave a chain ending at
+#    R, past C + 1; a restart cuts it back and finds it broken, and the
+#    unmarked map cannot stand in: tracking would restart.  The save waits
+#    instead (cut_for_save()), so an immediate stop right after resumes on a
+#    whole chain.  Three rounds: the window needs R more than a byte past the
+#    previous record's end, which depends on record lengths.
+my $l5 = init_lsn($node);
+my $baseline5 = block_counts($pgdata);
+my $offset5 = log_position($node);
+foreach my $round (1 .. 3)
+{
+	my $follower = $node->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'ptrack WAL follower'});
+	die 'no WAL follower' unless $follower =~ /^\d+$/;
+	kill 'STOP', $follower;
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	$node->safe_psql('postgres', "UPDATE pgbench_branches SET bbalance = bbalance + $round");
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	usleep(1_200_000);    # past the follower's minimum interval between saves
+	kill 'CONT', $follower;
+	usleep(300_000);      # it reads both checkpoints, cuts at R and saves once
+	$node->stop('immediate');
+	$node->start;
+	init_lsn($node);      # waits for the follower
+}
+my $log5 = log_since($node, $offset5);
+unlike($log5, qr/restarted change tracking/, 'saves around a cut at a redo LSN ahead: tracking never restarts')
+  or diag(join("\n", grep { /ptrack/ } split /\n/, $log5));
+is(init_lsn($node), $l5, 'saves around a cut at a redo LSN ahead: ptrack_init_lsn() is unchanged');
+no_misses_ok($node, $l5, 'saves around a cut at a redo LSN ahead: nothing missed', baseline => $baseline5);
 
 $node->stop;
 done_testing();
