@@ -60,8 +60,9 @@ bool migrate_map_to_summary(Lsn since, Lsn end, uint32_t timeline);
  * so that the follower, which resumes at C and finds no marks in the small
  * map, goes on from a whole chain.  If that cannot be done (a WARNING says
  * why), the follower restarts tracking at C + 1 when it resumes.  May raise
- * an ERROR (a data directory that cannot be read), as the postmaster's
- * other walks do.
+ * an ERROR (a data directory that cannot be read), which in the postmaster
+ * stops the server from starting, as its other walks do (wal_load.cpp):
+ * never a short answer, and the migration runs again at the next start.
  */
 void wal_migrate_loaded(const ControlFileData* control, const MapFileHeader& header, const Map& old_map);
 
