@@ -8,9 +8,11 @@ SELECT attname, format_type(atttypid, atttypmod) AS type
 
 SELECT capture IN ('hooks', 'wal') AS capture_known,
        off_reason IS NULL AS tracking_on,
-       map_size,
-       map_fill BETWEEN 0 AND 1 AS fill_in_range,
-       false_positive_rate = map_fill * map_fill AS rate_is_fill_squared,
+       -- hooks: ptrack.map_size; wal: the few KB of a map that keeps only the resume point, with no fill
+       CASE capture WHEN 'wal' THEN map_size < 16384 ELSE map_size = 1048576 END AS map_size_right,
+       CASE capture WHEN 'wal' THEN map_fill IS NULL ELSE map_fill BETWEEN 0 AND 1 END AS fill_in_range,
+       CASE capture WHEN 'wal' THEN false_positive_rate IS NULL
+                    ELSE false_positive_rate = map_fill * map_fill END AS rate_is_fill_squared,
        init_lsn = ptrack_init_lsn() AS init_lsn_matches,
        failed_saves,
        restarts,
@@ -21,12 +23,13 @@ SELECT capture IN ('hooks', 'wal') AS capture_known,
        (saves = 0) = (last_save_lsn IS NULL) AS last_save_iff_saved
   FROM ptrack_status;
 
--- the map holds marks once something was written
+-- the map holds marks once something was written (hooks; wal marks no map)
 CREATE TABLE ptrack_status_t AS SELECT g FROM generate_series(1, 10000) g;
 CHECKPOINT;
 -- (wal capture: ptrack_init_lsn() waits until the follower has applied that WAL; ptrack_status() never waits)
 SELECT ptrack_init_lsn() IS NOT NULL AS follower_caught_up;
-SELECT map_fill > 0 AS map_has_marks FROM ptrack_status();
+SELECT CASE capture WHEN 'wal' THEN map_fill IS NULL ELSE map_fill > 0 END AS map_has_marks_iff_hooks
+  FROM ptrack_status();
 
 -- one row, from the view and the function alike
 SELECT count(*) AS view_rows FROM ptrack_status;

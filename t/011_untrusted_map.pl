@@ -26,7 +26,8 @@
 #      appended, garbage of the same size; a map from another cluster; a
 #      map written under another PostgreSQL major version (its header's
 #      major version changed, CRC valid);
-#      ptrack.map_size changed (64MB -> 32MB); data checksums enabled with
+#      ptrack.map_size changed (64MB -> 32MB; hooks only: wal capture's
+#      map is a few KB whatever it says, and stays trusted); data checksums enabled with
 #      pg_checksums; the last batch of ptrack.map.delta cut short, and the
 #      delta file removed (the map is then older than the latest checkpoint);
 #      ptrack.map removed with its delta left (a WARNING, not just "not
@@ -186,8 +187,22 @@ my $header = map_header($pgdata);
 ok($header && $header->{crc_ok}, 'ptrack.map exists and its header is valid')
   or diag explain($header // 'no ptrack.map');
 my $map_bytes = $header->{size};
-my $data_offset = 8192;    # 64 MB map: 512-byte header + 4 KB-aligned CRC table
-cmp_ok($map_bytes, '>', 60 * 1024 * 1024, "ptrack.map is $map_bytes bytes");
+# Hooks: a map of ptrack.map_size.  wal: the follower marks no map, which
+# keeps only its resume point in the smallest geometry (docs/design.md
+# section 9): 1088 bytes whatever ptrack.map_size says.  The data follow a
+# 512-byte header and the 4 KB-aligned chunk CRC table.
+my $wal = capture_mode() eq 'wal';
+my $region = $wal ? 1088 : 64 * 1024 * 1024;
+my $data_offset = $map_bytes - $region;
+if ($wal)
+{
+	cmp_ok($map_bytes, '<', 8192, "wal capture: ptrack.map is a few KB ($map_bytes bytes) with ptrack.map_size = 64MB");
+}
+else
+{
+	cmp_ok($map_bytes, '>', 60 * 1024 * 1024, "ptrack.map is $map_bytes bytes");
+}
+is($data_offset, $wal ? 4096 : 8192, "the map's data start at $data_offset");
 
 # Stop the node cleanly, $mutate->() the stopped data directory, start, and
 # check the rejection.  (The previous case ended with work and checkpoints,
@@ -262,10 +277,11 @@ sub damaged_chunk_case
 	cmp_ok($stats->{at_or_after}, '>', 50, "$label: the oracle saw blocks changed since L ($stats->{at_or_after})");
 }
 
-damaged_chunk_case('first chunk (segment summary) damaged', sub { flip_bytes($data_offset + 4000, 16) });
+damaged_chunk_case('first chunk (segment summary) damaged', sub { flip_bytes($data_offset + ($wal ? 100 : 4000), 16) });
 damaged_chunk_case('a chunk of slots damaged',
-	sub { flip_bytes($data_offset + int(($map_bytes - $data_offset) / 2) + 100, 16) });
-damaged_chunk_case('an entry of the chunk CRC table damaged', sub { flip_bytes(512 + 4 * 300, 4) });
+	sub { flip_bytes($data_offset + int(($map_bytes - $data_offset) / 2) + ($wal ? 16 : 100), 16) });
+# (The small map of wal capture is one chunk: its CRC is entry 0.)
+damaged_chunk_case('an entry of the chunk CRC table damaged', sub { flip_bytes(512 + 4 * ($wal ? 0 : 300), 4) });
 
 # 4. Rejections.
 stopped_case('header field damaged', $reason{header_crc}, sub { flip_bytes(64, 1) });
@@ -307,8 +323,23 @@ is(map_header($pgdata)->{server_major}, server_major(), 'ptrack.map records the 
 stopped_case("map written under PostgreSQL $other_major", $reason{major},
 	sub { set_map_server_major($pgdata, $other_major) });
 
-stopped_case('ptrack.map_size 64MB -> 32MB', $reason{map_size},
-	sub { $node->append_conf('postgresql.conf', 'ptrack.map_size = 32MB') });
+if ($wal)
+{
+	# ptrack.map_size sizes only the hooks' map: the small map stays trusted.
+	my $old_init = init_lsn($node);
+	$node->stop;
+	$node->append_conf('postgresql.conf', 'ptrack.map_size = 32MB');
+	my $offset = log_position($node);
+	$node->start;
+	my $log = log_since($node, $offset);
+	unlike($log, not_trusted_re(undef), 'wal capture, ptrack.map_size 64MB -> 32MB: the map is not rejected');
+	is(init_lsn($node), $old_init, 'wal capture, ptrack.map_size 64MB -> 32MB: ptrack_init_lsn() is unchanged');
+}
+else
+{
+	stopped_case('ptrack.map_size 64MB -> 32MB', $reason{map_size},
+		sub { $node->append_conf('postgresql.conf', 'ptrack.map_size = 32MB') });
+}
 is($node->safe_psql('postgres', 'SHOW ptrack.map_size'), '32MB', 'ptrack.map_size is now 32MB');
 # (32MB from now on.)
 

@@ -1,24 +1,42 @@
 # Copyright (c) the ptrack authors
 #
-# 035_map_migration.pl -- a trusted map that comes without change summaries
-# (an upgrade from a version of ptrack that kept only the map, or
-# pg_wal/ptrack lost while the server was stopped) becomes the summary of
-# [ptrack_init_lsn(), covered + 1) when the WAL follower resumes
-# (src/pg/capture/wal/map_migration.cpp, docs/design.md section 9.4), so
-# that answering from the summaries neither moves ptrack_init_lsn() forward
-# nor forces a full backup.
+# 035_map_migration.pl -- wal capture keeps no map sized by the user, and a
+# full-size map of an earlier run still carries tracking over
+# (src/pg/persist/map_load.cpp read_map_to_migrate(),
+# src/pg/capture/wal/map_migration.cpp, docs/design.md section 9.4).
 #
-#   1. wal capture, changes since ptrack_init_lsn() L0 and since L1;
-#   2. a clean stop, pg_wal/ptrack removed (what a map-only version leaves);
-#   3. after the start: the migration is logged, ptrack_init_lsn() is still
-#      L0, the chain starts there unbroken, and the page-LSN oracle finds
-#      nothing missed since L0 and since L1 (changes before and after the
-#      upgrade);
-#   4. the same after an immediate stop (the map's covered LSN is then its
-#      last save's, and the follower reads the rest of the WAL again).
+# Each round starts the "earlier version" (ptrack.wal_legacy_map = on: the
+# follower marks a map of ptrack.map_size, 64 MB, as ptrack did before the
+# summaries took over), makes changes since ptrack_init_lsn() L0 and since
+# L1, stops, then starts without the legacy map:
 #
-# Without the migration ptrack_init_lsn() would be the map's covered LSN + 1
-# and step 3 fails.
+#   1. a clean stop, pg_wal/ptrack removed (what a map-only version leaves):
+#      the postmaster reads the 64 MB map privately and writes its answer as
+#      the summary of [L0, covered + 1); ptrack_init_lsn() stays L0, the
+#      chain starts there unbroken, the page-LSN oracle finds nothing missed
+#      since L0 and L1;
+#   2. the same after an immediate stop (the map's covered LSN is then its
+#      last save's, and the follower reads the rest of the WAL again);
+#   3. a clean stop with the summaries kept: they chain to covered + 1, so
+#      nothing is migrated and nothing is missed.
+#
+# After each start without the legacy map: ptrack.map is saved in the small
+# geometry (a few KB), ptrack's shared memory (pg_shmem_allocations) is a few
+# KB whatever ptrack.map_size says, ptrack_status() reports it so, and no map
+# fill.  Then:
+#
+#   4. the small map without summaries (pg_wal/ptrack removed while stopped):
+#      its marks cannot stand in for them, so tracking restarts with the
+#      WARNING and ptrack_get_pagemapset(L0) refuses: never a short answer.
+#
+#   5. saves made while the summaries' chain ends at a redo LSN the follower
+#      has not reached: they wait, so immediate stops right after them resume
+#      on a whole chain (no restart, nothing missed).
+#
+# Without the migration, ptrack_init_lsn() moves past L0 in rounds 1 and 2;
+# without the small geometry the size checks fail; reading a small map's
+# (empty) marks as a migration would answer short in 4; without the wait of
+# the save, 5 restarts tracking.
 
 use strict;
 use warnings;
@@ -27,6 +45,7 @@ use FindBin;
 use lib "$FindBin::RealBin/lib";
 
 use File::Path qw(rmtree);
+use Time::HiRes qw(usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -39,42 +58,145 @@ plan skip_all => 'summaries are written by the WAL follower (wal capture only)'
   unless capture_mode() eq 'wal';
 
 my $node = ptrack_node('migration', conf => "autovacuum = off\n");
-$node->start;
 my $pgdata = $node->data_dir;
+
+sub set_legacy
+{
+	my ($on) = @_;
+	$node->append_conf('postgresql.conf', 'ptrack.wal_legacy_map = ' . ($on ? 'on' : 'off') . "\n");
+}
+
+sub ptrack_shmem
+{
+	return $node->safe_psql('postgres', q{SELECT size FROM pg_shmem_allocations WHERE name = 'ptrack'});
+}
+
+set_legacy(1);
+$node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION ptrack');
 $node->command_ok([ 'pgbench', '-i', '-q', '-s', '2', 'postgres' ], 'pgbench -i -s 2');
-$node->safe_psql('postgres', 'CHECKPOINT');
+my $first = 1;
 
-my $l0 = init_lsn($node);
-my $baseline0 = block_counts($pgdata);
-$node->command_ok([ 'pgbench', '-n', '-t', '300', 'postgres' ], 'pgbench since L0');
-$node->safe_psql('postgres',
-	q{CREATE TABLE grown AS SELECT g AS id, repeat('g', 200) AS pad FROM generate_series(1, 5000) g;
-	  CREATE INDEX ON pgbench_accounts (abalance); TRUNCATE pgbench_history; CHECKPOINT});
-my $l1 = $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
-my $baseline1 = block_counts($pgdata);
-$node->safe_psql('postgres', q{UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid % 20 = 0});
-note "L0 = $l0, L1 = $l1";
-
-foreach my $stop ('fast', 'immediate')
+foreach my $round ([ 'fast', 1 ], [ 'immediate', 1 ], [ 'fast', 0 ])
 {
+	my ($stop, $remove) = @$round;
+	my $what = "$stop stop, " . ($remove ? 'pg_wal/ptrack removed' : 'summaries kept');
+	if (!$first)
+	{
+		# The small map of the previous round cannot serve the legacy map: tracking starts afresh.
+		set_legacy(1);
+		$node->start;
+	}
+	$first = 0;
+	cmp_ok(ptrack_shmem(), '>', 64 * 1024 * 1024, "$what: the legacy map takes ptrack.map_size of shared memory");
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	my $l0 = init_lsn($node);
+	my $baseline0 = block_counts($pgdata);
+	$node->command_ok([ 'pgbench', '-n', '-t', '300', 'postgres' ], "$what: pgbench since L0");
+	$node->safe_psql('postgres',
+		q{DROP TABLE IF EXISTS grown; CREATE TABLE grown AS SELECT g AS id, repeat('g', 200) AS pad FROM generate_series(1, 5000) g;
+		  CREATE INDEX ON pgbench_accounts (abalance); TRUNCATE pgbench_history; CHECKPOINT});
+	my $l1 = $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
+	my $baseline1 = block_counts($pgdata);
+	$node->safe_psql('postgres', q{UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid % 20 = 0});
+	note "$what: L0 = $l0, L1 = $l1";
+
 	$node->stop($stop);
-	rmtree(summary_dir($pgdata));
+	my $big = -s "$pgdata/ptrack.map";
+	cmp_ok($big, '>', 64 * 1024 * 1024, "$what: the legacy run saved a map of ptrack.map_size ($big bytes)");
+	rmtree(summary_dir($pgdata)) if $remove;
+	set_legacy(0);
 	my $offset = log_position($node);
 	$node->start;
 	my $init = init_lsn($node);    # waits for the follower
-	like(log_since($node, $offset), qr/LOG:  ptrack turned its map into the change summary of \Q$l0\E-/,
-		"$stop stop, pg_wal/ptrack removed: the follower turns its map into a summary from L0 $l0");
-	is($init, $l0, "$stop stop: ptrack_init_lsn() is still L0");
+	my $log = log_since($node, $offset);
+	like($log, qr/LOG:  ptrack read map file "ptrack\.map" of \d+ kB, saved when its marks were still kept/,
+		"$what: the postmaster reads the full-size map to migrate it");
+	if ($remove)
+	{
+		like($log, qr/LOG:  ptrack turned its map into the change summary of \Q$l0\E-/,
+			"$what: the old map's answer becomes the summary from L0 $l0");
+	}
+	else
+	{
+		unlike($log, qr/ptrack turned its map into the change summary/,
+			"$what: the summaries chain to the map's covered LSN: nothing to migrate");
+	}
+	unlike($log, qr/WARNING/, "$what: no WARNING");
+	is($init, $l0, "$what: ptrack_init_lsn() is still L0");
 	my @chain = summaries($pgdata);
 	ok(@chain > 0 && $chain[0]{valid} && $chain[0]{start} == lsn_to_int($l0) && chain_break(@chain) eq '',
-		"$stop stop: the summaries start at L0, unbroken")
+		"$what: the summaries start at L0, unbroken")
 	  or diag 'summaries: ' . describe_summaries(@chain) . '; break: ' . chain_break(@chain);
-	no_misses_ok($node, $l0, "$stop stop: nothing missed since L0 (before the removal and after)",
-		baseline => $baseline0);
-	no_misses_ok($node, $l1, "$stop stop: nothing missed since L1", baseline => $baseline1);
-	$node->safe_psql('postgres', q{UPDATE pgbench_branches SET bbalance = bbalance + 1; INSERT INTO grown SELECT g, 'h' FROM generate_series(1, 3000) g});
+	no_misses_ok($node, $l0, "$what: nothing missed since L0", baseline => $baseline0);
+	no_misses_ok($node, $l1, "$what: nothing missed since L1", baseline => $baseline1);
+
+	# The map now: a few KB in shared memory and on disk, whatever ptrack.map_size says.
+	cmp_ok(ptrack_shmem(), '<', 16 * 1024, "$what: ptrack's shared memory is a few KB (" . ptrack_shmem() . ' bytes)');
+	is($node->safe_psql('postgres',
+			q{SELECT map_size < 16384 AND map_fill IS NULL AND false_positive_rate IS NULL FROM ptrack_status()}),
+		't', "$what: ptrack_status() shows the small map and no fill");
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	$node->poll_query_until('postgres', 'SELECT last_save_lsn IS NOT NULL FROM ptrack_status()')
+	  or die 'no map save';
+	my $small = -s "$pgdata/ptrack.map";
+	cmp_ok($small, '<', 8192, "$what: ptrack.map is saved small ($small bytes)");
+	$node->stop;
 }
+
+# 4. The small map without summaries: tracking restarts, nothing answers for L0.
+$node->start;
+my $l0 = init_lsn($node);
+$node->safe_psql('postgres', q{UPDATE pgbench_branches SET bbalance = bbalance + 1; CHECKPOINT});
+$node->stop('immediate');
+rmtree(summary_dir($pgdata));
+my $offset = log_position($node);
+$node->start;
+my $init = init_lsn($node);
+my $log = log_since($node, $offset);
+like($log, qr/WARNING:  ptrack restarted change tracking at [0-9A-F\/]+: no change summaries end where the saved map is complete/,
+	'small map, pg_wal/ptrack removed: tracking restarts with the WARNING');
+cmp_ok(lsn_to_int($init), '>', lsn_to_int($l0), "small map: ptrack_init_lsn() $init moves past $l0");
+my ($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('$l0')");
+isnt($ret, 0, 'small map: ptrack_get_pagemapset(L0) refuses') or diag "it answered $out";
+like($err, qr/full backup/, 'small map: the refusal says to take a full backup');
+no_misses_ok($node, $init, 'small map: nothing missed since the new ptrack_init_lsn()');
+
+# 5. A save while the chain already ends ahead of the follower: stopped
+#    (SIGSTOP) across CHECKPOINT, a small change and CHECKPOINT, the follower
+#    then reads both in one batch; it cuts at the second checkpoint's redo
+#    LSN R before the record reaching R is applied, and the save due after
+#    the first checkpoint record comes in that same loop.  Claiming the
+#    covered LSN C = where the follower stands would leave a chain ending at
+#    R, past C + 1; a restart cuts it back and finds it broken, and the
+#    unmarked map cannot stand in: tracking would restart.  The save waits
+#    instead (cut_for_save()), so an immediate stop right after resumes on a
+#    whole chain.  Three rounds: the window needs R more than a byte past the
+#    previous record's end, which depends on record lengths.
+my $l5 = init_lsn($node);
+my $baseline5 = block_counts($pgdata);
+my $offset5 = log_position($node);
+foreach my $round (1 .. 3)
+{
+	my $follower = $node->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'ptrack WAL follower'});
+	die 'no WAL follower' unless $follower =~ /^\d+$/;
+	kill 'STOP', $follower;
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	$node->safe_psql('postgres', "UPDATE pgbench_branches SET bbalance = bbalance + $round");
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	usleep(1_200_000);    # past the follower's minimum interval between saves
+	kill 'CONT', $follower;
+	usleep(300_000);      # it reads both checkpoints, cuts at R and saves once
+	$node->stop('immediate');
+	$node->start;
+	init_lsn($node);      # waits for the follower
+}
+my $log5 = log_since($node, $offset5);
+unlike($log5, qr/restarted change tracking/, 'saves around a cut at a redo LSN ahead: tracking never restarts')
+  or diag(join("\n", grep { /ptrack/ } split /\n/, $log5));
+is(init_lsn($node), $l5, 'saves around a cut at a redo LSN ahead: ptrack_init_lsn() is unchanged');
+no_misses_ok($node, $l5, 'saves around a cut at a redo LSN ahead: nothing missed', baseline => $baseline5);
 
 $node->stop;
 done_testing();

@@ -71,6 +71,16 @@ struct MapGeometry {
     static MapGeometry for_bytes(uint64_t bytes, uint32_t blocks_per_segment,
                                  uint32_t lsn_granule_shift = kDefaultGranuleShift) noexcept;
 
+    /*
+     * The smallest valid geometry: one segment's summary window (rounded up
+     * to whole lines) and one line of block slots, about 1 KB.  The map of a
+     * source that marks nothing in it (wal capture, whose changes go to the
+     * summaries: docs/design.md section 9) and keeps only its covered LSN
+     * and init_lsn, whatever ptrack.map_size says.
+     */
+    static MapGeometry smallest(uint32_t blocks_per_segment,
+                                uint32_t lsn_granule_shift = kDefaultGranuleShift) noexcept;
+
     /* Bytes of the region this geometry describes (summary then lines). */
     uint64_t region_bytes() const noexcept
     {

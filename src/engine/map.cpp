@@ -31,6 +31,19 @@ MapGeometry MapGeometry::for_bytes(uint64_t bytes, uint32_t blocks_per_segment,
     return g;
 }
 
+MapGeometry MapGeometry::smallest(uint32_t blocks_per_segment, uint32_t lsn_granule_shift) noexcept
+{
+    MapGeometry g{};
+    g.blocks_per_segment = blocks_per_segment;
+    g.lsn_granule_shift = lsn_granule_shift;
+    if (blocks_per_segment == 0 || blocks_per_segment % kSlotsPerLine != 0 || lsn_granule_shift > 32)
+        return g;
+    /* The summary in whole lines, as for_bytes() makes it. */
+    g.summary_count = (uint64_t{g.summary_window()} + kSlotsPerLine - 1) / kSlotsPerLine * kSlotsPerLine;
+    g.line_count = 1;
+    return g;
+}
+
 Map::Map(void* region, const MapGeometry& geometry) noexcept
     : geometry_(geometry),
       granule_mask_((Lsn{1} << geometry.lsn_granule_shift) - 1),

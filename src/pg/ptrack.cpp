@@ -48,7 +48,7 @@ PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 
 namespace ptrack::pg {
 
-PTRACK_ENGINE_NOEXCEPT(&MapGeometry::for_bytes, &MapGeometry::region_bytes);
+PTRACK_ENGINE_NOEXCEPT(&MapGeometry::for_bytes, &MapGeometry::smallest, &MapGeometry::region_bytes);
 static_assert(std::is_nothrow_constructible_v<Map, void*, const MapGeometry&>, "the engine must not throw");
 
 namespace {
@@ -65,8 +65,15 @@ constexpr int kMaxMapSizeMb = 1024 * 1024;
 shmem_request_hook_type prev_shmem_request_hook = nullptr;
 shmem_startup_hook_type prev_shmem_startup_hook = nullptr;
 
+/*
+ * The map's geometry: ptrack.map_size's, or the smallest one for a source
+ * that marks nothing in it (wal capture: its changes go to the summaries,
+ * and the map keeps only the resume point; map_persistence.h).
+ */
 MapGeometry configured_geometry()
 {
+    if (persist_source != nullptr && !persist_source->marks_map())
+        return MapGeometry::smallest(RELSEG_SIZE);
     return MapGeometry::for_bytes(static_cast<uint64_t>(map_size_mb) * 1024 * 1024, RELSEG_SIZE);
 }
 

@@ -203,3 +203,22 @@ TEST(MapGeometry, Equality)
     c = a;
     EXPECT_TRUE(a == c);
 }
+
+/* The map wal capture keeps (docs/design.md section 9): one segment's summary window and one line, about 1 KB. */
+TEST(MapGeometry, SmallestIsValidAndTiny)
+{
+    const MapGeometry g = MapGeometry::smallest(kRelSegSize);
+    ASSERT_TRUE(g.valid());
+    EXPECT_EQ(g.summary_count, 128u); /* 131072 blocks / 1024 per slot */
+    EXPECT_EQ(g.summary_count % 8, 0u);
+    EXPECT_EQ(g.line_count, 1u);
+    EXPECT_EQ(g.region_bytes(), 128u * 8 + ptrack::kLineBytes);
+    EXPECT_EQ(g.lsn_granule_shift, MapGeometry::kDefaultGranuleShift);
+    /* Not the geometry of any ptrack.map_size, so a map of one is never taken for the other. */
+    EXPECT_FALSE(g == MapGeometry::for_bytes(64 * 1024, kRelSegSize));
+    /* A window that is not a whole line rounds up; bad inputs stay invalid. */
+    EXPECT_EQ(MapGeometry::smallest(8 * 1024 + 8).summary_count, 16u);
+    EXPECT_FALSE(MapGeometry::smallest(0).valid());
+    EXPECT_FALSE(MapGeometry::smallest(12).valid());
+    EXPECT_FALSE(MapGeometry::smallest(kRelSegSize, 33).valid());
+}

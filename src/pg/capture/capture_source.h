@@ -89,7 +89,8 @@ struct CaptureSourceOps {
     void (*wait_until_fresh)();
     /*
      * Where the answers come from, in a backend after wait_until_fresh:
-     * false, the map (hooks; wal with ptrack.wal_answer_source = map); true,
+     * false, the map (hooks; wal with ptrack.wal_legacy_map and
+     * ptrack.wal_answer_source = map); true,
      * the summary files (persist/summary_io.h), and *summarized is the end
      * of the newest one (0: none yet).  With `cut`, first has the follower
      * write every change recorded so far into a summary, so that the files

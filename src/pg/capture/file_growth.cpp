@@ -77,6 +77,9 @@ struct Growth {
 HTAB* sizes = nullptr;
 uint32_t walk_number = 0;
 
+/* growth_set_marks_map(): the growth found is marked in the map (hooks; wal with the legacy map). */
+bool marks_map = true;
+
 /* Growth a walk saw that no summary holds at its date yet (file_growth.h, growth_set_recorder()). */
 struct PendingGrowth {
     RelFork rel;
@@ -336,8 +339,16 @@ Lsn growth_walk(bool baseline, Lsn skip_marked_since)
     const Lsn lsn = RecoveryInProgress() ? Max(GetXLogReplayRecPtr(NULL), GetXLogInsertRecPtr())
                                          : GetXLogInsertRecPtr();
     record_growth(walk, lsn);
-    (void) mark_growth(walk, &map, lsn, skip_marked_since);
+    if (marks_map)
+        (void) mark_growth(walk, &map, lsn, skip_marked_since);
+    else
+        pfree(walk.growth);
     return lsn;
+}
+
+void growth_set_marks_map(bool marks)
+{
+    marks_map = marks;
 }
 
 void growth_set_recorder(GrowthRecorder fn)
@@ -453,8 +464,9 @@ BlockNumber growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn l
         return block;
     const BlockNumber first = segno * static_cast<BlockNumber>(RELSEG_SIZE);
     const BlockNumber gap = first + entry->nblocks;
-    for (uint32_t b = entry->nblocks; b < offset; ++b)
-        capture_block_at(rel, first + b, lsn);
+    if (marks_map)
+        for (uint32_t b = entry->nblocks; b < offset; ++b)
+            capture_block_at(rel, first + b, lsn);
     entry->nblocks = offset + 1;
     return gap;
 }

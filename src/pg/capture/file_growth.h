@@ -99,7 +99,8 @@ bool growth_prepare_hooks_save(Lsn covered, Lsn loaded_covered);
 /*
  * A WAL record ending at `lsn` references `block` of `rel`: the file had at
  * least block + 1 blocks before it, so blocks between the remembered size
- * and `block` were added before `lsn`: they are marked with it now, and the
+ * and `block` were added before `lsn`: they are marked with it now (if the
+ * map is marked: growth_set_marks_map()), and the
  * remembered size grows.  Returns the first block so marked (`block` if
  * none): the caller records [that, block) in its change set too.  This dates most extensions by the WAL (a new page
  * is WAL-logged when first used) instead of by the next walk, so a backup
@@ -141,6 +142,13 @@ bool growth_save_before_recovery(Lsn redo);
  * relations' files are never reported (they are not backed up).
  */
 using GrowthRecorder = bool (*)(const RelFork& rel, BlockNumber first, Lsn lsn);
+/*
+ * Whether growth_walk() and growth_block_referenced() also mark the growth
+ * in the map (true by default: the hooks source).  The WAL follower turns it
+ * off: its changes go to its change set only, and the map keeps only the
+ * resume point (docs/design.md section 9).
+ */
+void growth_set_marks_map(bool marks);
 void growth_set_recorder(GrowthRecorder recorder);
 void growth_replay_pending(Lsn cut_end);
 /* Pending growth entries (for the follower's log). */

@@ -281,6 +281,57 @@ const char* read_trusted_map(int fd, const ControlFileData* control, const MapGe
     return result;
 }
 
+/*
+ * The source that saved ptrack.map and the geometry it saved it with; false
+ * if its header cannot be read or decoded (read_trusted_map() then says
+ * why).
+ */
+bool saved_geometry(int fd, CaptureSourceId* source, MapGeometry* geometry)
+{
+    uint8_t header_bytes[kMapFileHeaderBytes];
+    MapFileHeader header;
+    if (!read_at(fd, header_bytes, sizeof(header_bytes), 0) ||
+        map_file_decode_header(header_bytes, crc32c, &header) != HeaderStatus::kOk)
+        return false;
+    *source = header.source;
+    *geometry = header.geometry;
+    return true;
+}
+
+/*
+ * A source that marks no map (map_persistence.h: marks_map()) and a
+ * ptrack.map of another geometry, saved by the same source when it did
+ * (an upgrade): the file is read and judged by the usual rules into
+ * private memory of its own geometry, never into the small shared map, and
+ * the source takes what it needs from its marks (migrate_loaded()).
+ * nullptr, with *out holding its header, or why it cannot be trusted.
+ */
+const char* read_map_to_migrate(int fd, const ControlFileData* control, const MapGeometry& geometry,
+                                uint64_t shared_bytes, MapFileHeader* out)
+{
+    const uint64_t bytes = geometry.region_bytes();
+    if (bytes > SIZE_MAX - kLineBytes)
+        return "it is larger than this server's address space";
+    void* raw = malloc(static_cast<size_t>(bytes) + kLineBytes);
+    if (raw == nullptr)
+        return "there is not enough memory to read it once for its migration to a small map";
+    const uintptr_t aligned = (reinterpret_cast<uintptr_t>(raw) + kLineBytes - 1) / kLineBytes * kLineBytes;
+    Map old_map(reinterpret_cast<void*>(aligned), geometry);
+    const char* reason = read_trusted_map(fd, control, geometry, &old_map, out);
+    if (reason == nullptr)
+        reason = persist_source->continue_loaded(control, *out, &old_map);
+    if (reason == nullptr) {
+        ereport(LOG, (errmsg("ptrack read map file \"%s\" of %llu kB, saved when its marks were still kept, to "
+                             "migrate it",
+                             kMapFileName, static_cast<unsigned long long>(bytes / 1024)),
+                      errdetail("The map now keeps only where tracking resumes, in %llu kB of shared memory; the "
+                                "next save writes it in that size.",
+                                static_cast<unsigned long long>((shared_bytes + 1023) / 1024))));
+        persist_source->migrate_loaded(control, *out, old_map);
+    }
+    free(raw);
+    return reason;
+}
 
 /*
  * A fresh, empty map: no file to use (`reason` nullptr), or one that is not
@@ -391,10 +442,21 @@ void load_map(SharedState* state, Map* map)
                           errdetail("%s", persist_source->fresh_init_detail)));
     } else {
         MapFileHeader header{};
-        const char* reason = read_trusted_map(fd, control, state->geometry, map, &header);
-        CloseTransientFile(fd);
-        if (reason == nullptr)
-            reason = persist_source->continue_loaded(control, header, map);
+        CaptureSourceId saved_source{};
+        MapGeometry saved{};
+        const char* reason = nullptr;
+        if (persist_source->migrate_loaded != nullptr && !persist_source->marks_map() &&
+            saved_geometry(fd, &saved_source, &saved) &&
+            saved_source == persist_source->id && saved.valid() && !(saved == state->geometry)) {
+            map->clear(); /* the small map holds no marks; the old one's stay private */
+            reason = read_map_to_migrate(fd, control, saved, state->geometry.region_bytes(), &header);
+            CloseTransientFile(fd);
+        } else {
+            reason = read_trusted_map(fd, control, state->geometry, map, &header);
+            CloseTransientFile(fd);
+            if (reason == nullptr)
+                reason = persist_source->continue_loaded(control, header, map);
+        }
         if (reason == nullptr) {
             state->init_lsn.store(header.init_lsn, Order::kRelaxed);
             state->loaded_covered_lsn = header.covered_lsn;

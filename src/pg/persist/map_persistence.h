@@ -54,6 +54,27 @@ struct SourcePersistence {
      * the source needs with it).  nullptr, or why it cannot be trusted.
      */
     const char* (*continue_loaded)(const ControlFileData* control, const MapFileHeader& header, Map* map);
+    /*
+     * Whether the source marks changes in the map.  false (wal capture,
+     * docs/design.md section 9): the map keeps only its covered LSN and
+     * init_lsn (the resume point), in the smallest geometry
+     * (MapGeometry::smallest()) whatever ptrack.map_size says, and its
+     * marks answer nothing.  Fixed in _PG_init, before shared memory is
+     * sized.
+     */
+    bool (*marks_map)();
+    /*
+     * A source that marks no map (marks_map() false), at startup: a trusted
+     * ptrack.map of another geometry, saved by this source when it still
+     * marked the map (an upgrade, or a run with a developer setting), read
+     * whole into `old_map`, private memory freed after this returns, after
+     * continue_loaded() accepted it.  The source takes from its marks what
+     * it needs (wal: the change summary the chain lacks,
+     * capture/wal/map_migration.h); only the map's init_lsn and covered LSN
+     * are kept, in the small shared map.  nullptr: such a map is not
+     * trusted.
+     */
+    void (*migrate_loaded)(const ControlFileData* control, const MapFileHeader& header, const Map& old_map);
 };
 
 /* In _PG_init, once the source that runs is known: what load_map(), flush_map() and warn_save_failed() use. */

@@ -19,7 +19,9 @@
  * names: one listing of pg_wal/ptrack, which retention keeps short), NULL
  * if that directory cannot be read (ptrack_init_lsn() fails then too).
  * The share of map slots in use is sampled (sampled_fill()), so the call
- * stays cheap on a 1 GB map.
+ * stays cheap on a 1 GB map; NULL, with its false positive rate, when the
+ * running source marks no map (wal capture), and map_size is then the few
+ * KB that map takes.
  *
  * The install script calls it once: during CREATE EXTENSION or ALTER
  * EXTENSION UPDATE it warns when tracking is off, with how to turn it on.
@@ -45,6 +47,7 @@ PG_FUNCTION_INFO_V1(ptrack_status);
 #include "core/boundary.h"
 #include "capture/capture_source.h"
 #include "core/shared_state.h"
+#include "persist/map_persistence.h"
 #include "persist/summary_io.h"
 #include "sql/pagemap_scan.h"
 
@@ -176,8 +179,11 @@ extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
 
     nulls[kCapture] = false;
     values[kCapture] = CStringGetTextDatum(reason != nullptr ? "off" : running_source().name);
+    /* The shared memory the map takes: ptrack.map_size's, or the few KB of a map that is not marked (wal). */
     nulls[kMapSize] = false;
-    values[kMapSize] = Int64GetDatum(reason != nullptr ? 0 : static_cast<int64>(map_size_mb) * 1024 * 1024);
+    values[kMapSize] = Int64GetDatum(reason != nullptr                      ? 0
+                                     : persist_source->marks_map()          ? static_cast<int64>(map_size_mb) * 1024 * 1024
+                                                                            : static_cast<int64>(shared->geometry.region_bytes()));
     nulls[kRestarts] = false;
     values[kRestarts] = Int64GetDatum(0);
     nulls[kSaves] = false;
@@ -197,12 +203,15 @@ extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
         values[kOffReason] = CStringGetTextDatum(not_running);
     }
 
-    const double fill = sampled_fill();
-    nulls[kMapFill] = false;
-    values[kMapFill] = Float8GetDatum(fill);
-    /* An unchanged block is listed when both its slots hold a mark at or after start_lsn. */
-    nulls[kFalsePositiveRate] = false;
-    values[kFalsePositiveRate] = Float8GetDatum(fill * fill);
+    /* NULL when the map is not marked (wal capture: the exact summaries answer, docs/design.md section 9). */
+    if (persist_source->marks_map()) {
+        const double fill = sampled_fill();
+        nulls[kMapFill] = false;
+        values[kMapFill] = Float8GetDatum(fill);
+        /* An unchanged block is listed when both its slots hold a mark at or after start_lsn. */
+        nulls[kFalsePositiveRate] = false;
+        values[kFalsePositiveRate] = Float8GetDatum(fill * fill);
+    }
 
     /*
      * What ptrack_init_lsn() answers (without its wait): with the summaries,

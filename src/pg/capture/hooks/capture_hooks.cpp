@@ -228,7 +228,8 @@ const CaptureSourceOps kHooksSource = {
      "next backup must be a full backup.",
      "Make the data directory and ptrack's files in it (ptrack.map*, ptrack.sizes*) writable by the server's "
      "user, and free disk space; the next checkpoint retries.",
-     [](const ControlFileData*, SharedState*) {}, hooks_start_fresh, hooks_continue_loaded},
+     [](const ControlFileData*, SharedState*) {}, hooks_start_fresh, hooks_continue_loaded, [] { return true; },
+     nullptr},
     true,
     install_capture_hooks,
     "this server captures changes with the hooks, not from the WAL",

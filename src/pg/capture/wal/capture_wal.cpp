@@ -36,13 +36,17 @@
  * too, so ptrack_init_lsn() is the redo LSN itself, the start LSN a backup
  * tool gives the restored backup.
  *
- * Summaries (docs/design.md section 9.1): every change also goes to an exact
+ * Summaries (docs/design.md section 9.1): every change goes to an exact
  * change set in private memory, written as immutable summary files
  * (persist/summary_io.h) at every save, at checkpoints' redo LSNs, on a
  * backend's request and when the set is full; the rules are at struct
  * Summaries.  The SQL functions answer from them (wal_summaries() below,
- * sql/summary_scan.cpp); the map is still filled too, and answers with the
- * developer setting ptrack.wal_answer_source = map.  A restored backup's
+ * sql/summary_scan.cpp).  The map is not marked (section 9.5): it keeps
+ * only the resume point (its covered LSN, init_lsn) in the smallest
+ * geometry, whatever ptrack.map_size says; "marks" above means the change
+ * set.  The developer setting ptrack.wal_legacy_map has the follower mark a
+ * map of ptrack.map_size too, as before, and ptrack.wal_answer_source = map
+ * then answers from it (bench/vs_summarizer.sh --legacy-map).  A restored backup's
  * fresh start goes on from the summaries the postmaster wrote of the WAL it
  * read before recovery (summaries_continue_scan(), scan_summary.h).
  *
@@ -126,6 +130,16 @@ int wal_wait_timeout_ms = 60000;
  * fills too, for comparisons (docs/design.md section 9.2).
  */
 enum AnswerSource { kAnswerFromSummaries, kAnswerFromMap };
+/*
+ * ptrack.wal_legacy_map (developer option, postmaster only): the follower
+ * also marks the map, the limit table and the growth in the map, in the
+ * geometry ptrack.map_size gives, as it did before the summaries took over;
+ * only then does ptrack.wal_answer_source = map answer from it.  For
+ * bench/vs_summarizer.sh's comparison of the follower's cost.  Off: the
+ * map keeps only the resume point, in the smallest geometry
+ * (docs/design.md section 9).
+ */
+bool wal_legacy_map = false;
 int wal_answer_source = kAnswerFromSummaries;
 const struct config_enum_entry answer_source_options[] = {
     {"summaries", kAnswerFromSummaries, false}, {"map", kAnswerFromMap, false}, {NULL, 0, false}};
@@ -281,14 +295,16 @@ bool record_walk_growth(const RelFork& rel, BlockNumber first, Lsn)
 }
 
 /*
- * The follower's changes go to the map, the limit table and the file growth
- * watch, and, for records ending at or after set_start, to the change set.
+ * The follower's changes go to the file growth watch and, for records
+ * ending at or after set_start, to the change set; with the legacy map
+ * (wal_legacy_map) to the map and the limit table too.
  */
 class FollowerSink final : public WalChangeSink {
 public:
     void block(const RelFork& rel, BlockNumber block, Lsn lsn, bool referenced) noexcept override
     {
-        capture_block_at(rel, block, lsn);
+        if (wal_legacy_map)
+            capture_block_at(rel, block, lsn);
         const bool record = lsn >= summaries.set_start;
         /* A named block existed before the record: date the extension of those before it. */
         if (referenced) {
@@ -321,13 +337,15 @@ public:
          * earlier than it was added; capture_limit() makes no entry for it.
          */
         growth_truncated(rel, limit);
-        capture_limit(rel, limit, lsn);
+        if (wal_legacy_map)
+            capture_limit(rel, limit, lsn);
         if (lsn >= summaries.set_start)
             note_add(summaries.set->add_limit(rel, limit));
     }
     void database(uint32_t spc, uint32_t db, Lsn lsn) noexcept override
     {
-        capture_database(spc, db, lsn);
+        if (wal_legacy_map)
+            capture_database(spc, db, lsn);
         growth_database_replaced(spc, db);
         if (lsn >= summaries.set_start)
             note_add(summaries.set->add_database(spc, db));
@@ -499,7 +517,7 @@ void wal_save_done(Lsn covered)
     advance_slot(follower.saved);
 }
 
-bool cut_for_save();
+bool cut_for_save(bool* deferred);
 
 void save_now()
 {
@@ -507,8 +525,11 @@ void save_now()
     if (follower.read_record_ending_at_next)
         return;
     /* The summaries first, up to the map's covered LSN: if they cannot be written, no save either. */
-    if (cut_for_save() && save_map(kWalSource))
+    bool deferred = false;
+    if (cut_for_save(&deferred) && save_map(kWalSource))
         return;
+    if (deferred)
+        return; /* save_due stays: the next loop tries again, once the follower has applied more */
     /*
      * Retry, but not on every loop (20 a second when idle): a full disk
      * or a wrong permission does not go away by itself.  1 s, doubling
@@ -834,12 +855,25 @@ const char* do_held_step(char* buf, size_t len, Lsn* kept)
                           : summary_remove_all(summaries.held_why);
     if (!done)
         return "some of the summaries it no longer vouches for could not be removed (see the WARNING before)";
-    /* A resume with no chain to go on from: the trusted map's answer since init_lsn becomes the first summary. */
+    /*
+     * A resume with no chain to go on from.  With the legacy map, the
+     * trusted map's answer since init_lsn becomes the first summary.  Else
+     * the map holds no marks (a map of an earlier run that did was migrated
+     * by the postmaster: wal_migrate_loaded()): nothing proves the changes
+     * before covered + 1, and tracking restarts there.
+     */
     const Lsn covered = summaries.held_covered;
     const Lsn init = init_lsn();
-    if (summaries.held == HeldStep::kKeepChain && *kept == 0 && init != 0 && init <= covered &&
-        migrate_map_to_summary(init, covered + 1, current_timeline()))
-        *kept = covered + 1;
+    if (summaries.held == HeldStep::kKeepChain && *kept == 0 && init != 0 && init <= covered) {
+        if (!wal_legacy_map) {
+            char why[160];
+            snprintf(why, sizeof(why), "no change summaries end where the saved map is complete (%X/%X)",
+                     PTRACK_LSN_ARGS(covered + 1));
+            restart_tracking_at(covered + 1, why);
+        } else if (migrate_map_to_summary(init, covered + 1, current_timeline())) {
+            *kept = covered + 1;
+        }
+    }
     summaries.held = HeldStep::kNone;
     return nullptr;
 }
@@ -1254,14 +1288,24 @@ void cut_when_full()
  * C + 1, so that the chain a restarted follower finds ends where its set
  * starts (summaries_resume()).  False if a summary could not be written,
  * or the summaries are held: the save is skipped, so that the map is never
- * ahead of the summaries.
+ * ahead of the summaries.  Also false while the chain ends past C + 1 (a cut
+ * at a redo LSN the follower has not reached yet, or the startup scan's
+ * summaries of WAL it reads again): a save there would claim C with a chain
+ * that a restart cuts back to C + 1 and finds broken, and the map, which
+ * holds no marks, could not stand in for it (restarted tracking).  The save
+ * waits until the follower has applied up to the chain's end (*deferred).
  */
-bool cut_for_save()
+bool cut_for_save(bool* deferred)
 {
+    *deferred = false;
     if (summaries_held())
         return false;
     if (summaries.cut_at != 0 && !perform_cut())
         return false;
+    if (summaries.set_start > follower.next + 1 && summaries.set_start > init_lsn()) {
+        *deferred = true; /* the chain ends ahead: the save comes when the follower gets there */
+        return false;
+    }
     if (summaries.set_start > follower.next)
         return true; /* a fresh set not reached yet, or the chain ends at next + 1 already */
     schedule_cut(follower.next + 1, false, 0);
@@ -1656,9 +1700,16 @@ void define_wal_follower_gucs()
     DefineCustomEnumVariable("ptrack.wal_answer_source",
                              "Where ptrack's functions answer from with WAL capture (developer option).",
                              "summaries: the change summaries under pg_wal/ptrack; map: the change map, which the "
-                             "WAL follower still fills too, for comparisons.",
+                             "WAL follower fills only with ptrack.wal_legacy_map = on (otherwise ignored).",
                              &wal_answer_source, kAnswerFromSummaries, answer_source_options, PGC_SUSET,
                              GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
+    DefineCustomBoolVariable("ptrack.wal_legacy_map",
+                             "Lets ptrack's WAL follower mark the change map too (developer option).",
+                             "Off: with WAL capture the map keeps only where the follower resumes, in a few KB, "
+                             "whatever ptrack.map_size says. On: the follower also marks a map of ptrack.map_size, "
+                             "as before the change summaries; for benchmarks.",
+                             &wal_legacy_map, false, PGC_POSTMASTER, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL,
+                             NULL);
 }
 
 void remove_follower_slot(const char* why)
@@ -1873,7 +1924,7 @@ void wait_for_follower()
 bool wal_summaries(bool cut, Lsn* summarized)
 {
     FollowerProgress& f = shared->follower;
-    if (wal_answer_source == kAnswerFromMap)
+    if (wal_legacy_map && wal_answer_source == kAnswerFromMap)
         return false;
     if (!cut) {
         *summarized = f.summarized_lsn.load(Order::kAcquire);
@@ -1926,7 +1977,7 @@ const CaptureSourceOps kWalSource = {
      "Make the data directory, pg_wal/ptrack and ptrack's files in them (ptrack.map*, ptrack.limits*, ptrack.sizes*, "
      "the change summaries) writable by "
      "the server's user, and free disk space.",
-     wal_before_load, wal_start_fresh, wal_continue_loaded},
+     wal_before_load, wal_start_fresh, wal_continue_loaded, [] { return wal_legacy_map; }, wal_migrate_loaded},
     false,
     register_wal_follower,
     nullptr,
@@ -1972,6 +2023,7 @@ void ptrack_wal_follower_main(Datum)
     build_set();
     summaries.set_start = UINT64_MAX; /* nothing is recorded until the start is established */
     growth_set_recorder(record_walk_growth);
+    growth_set_marks_map(wal_legacy_map);
     follower.next = InvalidXLogRecPtr;
     publish(&shared->follower.applied_lsn, 0);
     shared->follower.latch.store(static_cast<void*>(MyLatch), Order::kRelease);

@@ -128,4 +128,24 @@ bool migrate_map_to_summary(Lsn since, Lsn end, uint32_t timeline)
     return true;
 }
 
+void wal_migrate_loaded(const ControlFileData*, const MapFileHeader& header, const Map& old_map)
+{
+    const Lsn covered = header.covered_lsn;
+    const Lsn init = header.init_lsn;
+    char buf[256];
+    Lsn kept = 0;
+    if (const char* problem = summary_dir_problem(buf, sizeof(buf))) {
+        ereport(LOG, (errmsg("ptrack cannot look at its change summaries at startup: %s", problem),
+                      errdetail("The WAL follower resumes from the saved map once it can.")));
+        return;
+    }
+    if (!summary_keep_chain_to(covered + 1, &kept) || kept != 0 || init == 0 || init > covered)
+        return;
+    /* The answer is the map's: file_changes() (core/map_answer.h) reads the global map, not attached yet here. */
+    const Map shared_map = map;
+    map = old_map;
+    (void) migrate_map_to_summary(init, covered + 1, header.timeline);
+    map = shared_map;
+}
+
 }  // namespace ptrack::pg

@@ -4,10 +4,14 @@
  * answering from the summaries (docs/design.md section 9.2) does not move
  * ptrack_init_lsn() forward and force a full backup.
  *
- * When: the WAL follower resumes from a trusted map (its covered LSN C) and
- * pg_wal/ptrack holds no chain ending at C + 1: an upgrade from a version of
- * ptrack that kept only the map (issue 21, item 6), or a summary directory
- * lost or broken while the server was stopped.  The map is complete from
+ * When: at startup, a trusted full-size map of an earlier run (its covered
+ * LSN C) that comes without a chain ending at C + 1 in pg_wal/ptrack: an
+ * upgrade from a version of ptrack that kept only the map, or one whose
+ * follower still marked the map (issue 21, items 5 and 6).  The postmaster
+ * reads that map privately and migrates it (wal_migrate_loaded()); the
+ * follower itself does so only with ptrack.wal_legacy_map, whose map it
+ * marks.  A small, unmarked map without its chain restarts tracking
+ * instead (docs/design.md section 9.4).  The map is complete from
  * init_lsn up to C (that is what trusting it means), so its answer since
  * init_lsn, taken file by file as ptrack_get_pagemapset() would
  * (core/map_answer.h), lists every block changed in [init_lsn, C + 1):
@@ -19,12 +23,18 @@
 #ifndef PTRACK_PG_MAP_MIGRATION_H
 #define PTRACK_PG_MAP_MIGRATION_H
 
+extern "C" {
+#include "catalog/pg_control.h"
+}
+
 #include "core/shared_state.h"
+#include "ptrack/map_file.h"
 
 namespace ptrack::pg {
 
 /*
- * In the WAL follower: fills a change set of its own (budget
+ * In the WAL follower (legacy map) or the postmaster (wal_migrate_loaded(),
+ * with the global map pointed at the private one): fills a change set of its own (budget
  * ptrack.wal_summary_memory, freed before returning; the follower's set may
  * already hold growth its walks found) with the map's answer since `since`
  * for every relation file
@@ -38,6 +48,23 @@ namespace ptrack::pg {
  * data directory), as any walk does.
  */
 bool migrate_map_to_summary(Lsn since, Lsn end, uint32_t timeline);
+
+/*
+ * The wal source's SourcePersistence::migrate_loaded (persist/map_persistence.h),
+ * in the postmaster: `old_map`, a trusted ptrack.map of the size
+ * ptrack.map_size gave when the follower still marked the map, read into
+ * private memory and complete from header.init_lsn up to its covered LSN C.
+ * The summaries it comes with are kept if they chain to C + 1
+ * (summary_keep_chain_to()); otherwise its answer since init_lsn becomes the
+ * summary of [init_lsn, C + 1) (migrate_map_to_summary(), run on `old_map`),
+ * so that the follower, which resumes at C and finds no marks in the small
+ * map, goes on from a whole chain.  If that cannot be done (a WARNING says
+ * why), the follower restarts tracking at C + 1 when it resumes.  May raise
+ * an ERROR (a data directory that cannot be read), which in the postmaster
+ * stops the server from starting, as its other walks do (wal_load.cpp):
+ * never a short answer, and the migration runs again at the next start.
+ */
+void wal_migrate_loaded(const ControlFileData* control, const MapFileHeader& header, const Map& old_map);
 
 }  // namespace ptrack::pg
 
