@@ -4,9 +4,10 @@
  * Every capture source marks the map through these functions and nothing
  * else: the storage-manager hooks of the core patch (hooks/capture_hooks.cpp)
  * mark each block as it is written (capture_block_written()); the WAL
- * follower of unpatched servers (wal/capture_wal.cpp) marks the blocks each
- * record changed with the record's end LSN (capture_block_at(),
- * capture_limit(), capture_database()).  Neither the map nor the SQL layer
+ * follower of unpatched servers (wal/capture_wal.cpp) marks the map only
+ * with the developer setting ptrack.wal_legacy_map (it keeps an exact change
+ * set instead): the blocks each record changed, with the record's end LSN
+ * (capture_block_at(), capture_limit(), capture_database()).  Neither the map nor the SQL layer
  * marks anything itself.
  *
  * INTERFACE: capture_block_written(), capture_block_at(), capture_limit(),

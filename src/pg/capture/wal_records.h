@@ -19,8 +19,9 @@ extern "C" {
 namespace ptrack::pg {
 
 /*
- * Where the changes of a record go.  The WAL follower marks the map, the
- * limit table and the file growth watch (capture_wal.cpp); the hooks
+ * Where the changes of a record go.  The WAL follower records them in its
+ * change set and the file growth watch (capture_wal.cpp; the map and the
+ * limit table too only with ptrack.wal_legacy_map); the hooks
  * source's startup scan marks the map and looks at the files afterwards
  * (startup_scan.cpp).  Implementations allocate nothing and raise no ERROR.
  */

@@ -126,8 +126,8 @@ int wal_wait_timeout_ms = 60000;
 
 /*
  * ptrack.wal_answer_source (developer option): the SQL functions answer from
- * the summary files (the default) or from the map, which the follower still
- * fills too, for comparisons (docs/design.md section 9.2).
+ * the summary files (the default) or, only with ptrack.wal_legacy_map (below),
+ * from the map, for comparisons (docs/design.md section 9.2).
  */
 enum AnswerSource { kAnswerFromSummaries, kAnswerFromMap };
 /*
