@@ -35,7 +35,7 @@ use Test::More;
 
 use PtrackBackup qw(full_backup incremental_backup restore start_restored);
 use PtrackVerify qw(compare_clusters);
-use PtrackCluster qw(capture_mode new_node ptrack_node log_position log_since init_lsn follower_pid);
+use PtrackCluster qw(capture_mode new_node ptrack_node log_position log_since init_lsn follower_pid background_pgbench);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok);
 
 plan skip_all => 'WAL capture runs on servers without the core hooks' unless capture_mode() eq 'wal';
@@ -119,10 +119,7 @@ my $L3 = $node->lsn('insert');
 my $baseline3 = block_counts($pgdata);
 for my $round (1 .. 3)
 {
-	my ($out, $err) = ('', '');
-	my $pgbench = IPC::Run::start(
-		[ 'pgbench', '-n', '-c', '3', '-j', '1', '-T', '6', '-h', $node->host, '-p', $node->port, 'postgres' ],
-		'>', \$out, '2>', \$err);
+	my $pgbench = background_pgbench($node, clients => 3, seconds => 6);
 	sleep 1;
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	sleep 1;

@@ -29,13 +29,12 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/lib";
 
-use IPC::Run;
 use Time::HiRes qw(usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node init_lsn server_major follower_pid);
+use PtrackCluster qw(capture_mode ptrack_node init_lsn server_major follower_pid background_pgbench);
 use PtrackOracle qw(lsn_to_int);
 use PtrackSummaries qw(lsn_text chain_break describe_summaries summary_temp_files);
 
@@ -171,10 +170,7 @@ is(chain_break(@s), '', 'the summaries chain without a hole or an overlap');
 # ---------------------------------------------------------------------------
 
 $node->command_ok([ 'pgbench', '-i', '-q', '-s', '2', 'postgres' ], 'pgbench -i -s 2');
-my ($out, $err) = ('', '');
-my $pgbench = IPC::Run::start(
-	[ 'pgbench', '-n', '-c', '2', '-j', '1', '-T', '8', '-h', $node->host, '-p', $node->port, 'postgres' ],
-	'>', \$out, '2>', \$err);
+my $pgbench = background_pgbench($node, clients => 2, seconds => 8);
 sleep 2;
 $node->safe_psql('postgres', 'CHECKPOINT');
 my $redo = lsn_to_int($node->safe_psql('postgres', 'SELECT redo_lsn FROM pg_control_checkpoint()'));

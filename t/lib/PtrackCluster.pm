@@ -39,6 +39,7 @@ use Carp;
 use Config;
 use Exporter 'import';
 use File::Copy qw(copy);
+use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
@@ -56,6 +57,7 @@ our @EXPORT_OK = qw(
   log_since
   wait_until_recovered
   follower_pid
+  background_pgbench
   not_trusted_re
   count_matches
   init_lsn
@@ -450,6 +452,27 @@ sub follower_pid
 	$node->poll_query_until('postgres', "SELECT count(*) = 1 $running")
 	  or croak 'the ptrack WAL follower of ' . $node->name . ' did not start';
 	return $node->safe_psql('postgres', "SELECT pid $running");
+}
+
+=item background_pgbench($node, clients => N, seconds => T)
+
+Starts the default pgbench script against the node's postgres database in the
+background (one pgbench thread, N clients, T seconds) and returns the
+IPC::Run handle; the caller waits for it with C<finish>.  Tests use it to
+keep the WAL follower busy while they checkpoint, kill or restart something.
+
+=cut
+
+sub background_pgbench
+{
+	my ($node, %opt) = @_;
+	my ($out, $err) = ('', '');
+	return IPC::Run::start(
+		[
+			'pgbench', '-n', '-c', $opt{clients} // 2, '-j', '1', '-T', $opt{seconds} // 5,
+			'-h', $node->host, '-p', $node->port, 'postgres'
+		],
+		'>', \$out, '2>', \$err);
 }
 
 sub log_position

@@ -248,34 +248,41 @@ TEST(ChangeSet, BudgetSaysCutSoonBeforeItRefuses)
     set.reset();
 }
 
-TEST(ChangeSet, AllocationFailureLeavesTheSetAsItWas)
+/*
+ * An allocation-failure sweep: `run(allocator, what)` builds a set on
+ * `allocator`, feeds it a fixed load, checks what it must, leaves the set
+ * reset and returns whether an add was refused.  It runs once with nothing
+ * failing, to count the load's allocations (more than `min_calls`), then
+ * with allocation n failing, for n = 0 and then every (1 + n / `step`)th,
+ * each time with a fresh allocator that must end with nothing allocated.
+ * Returns how many of the failing runs had an add refused.
+ */
+template <typename Run>
+uint64_t sweep_allocation_failures(uint64_t min_calls, uint64_t step, Run run)
 {
-    /* Count the allocations of a run, then fail each of them in turn. */
     TestAllocator counting;
-    {
-        ChangeSet set(size_t{64} << 20, counting);
-        uint64_t state = 11;
-        for (uint32_t i = 0; i < 1500; ++i) {
-            state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-            const RelFork r{1663, 5, 16384 + static_cast<uint32_t>((state >> 40) % 37), kMainFork};
-            if (i % 50 == 49)
-                set.add_database(1663, i);
-            else
-                set.add_block(r, static_cast<uint32_t>((state >> 20) % 400000));
-        }
-        set.reset();
-    }
+    EXPECT_FALSE(run(counting, std::string("the counting run"))) << "an add was refused with nothing failing";
     const uint64_t total = counting.calls;
-    ASSERT_GT(total, 20u);
+    EXPECT_GT(total, min_calls) << "the load made too few allocations to sweep";
     uint64_t refusals = 0;
-    for (uint64_t fail_at = 0; fail_at < total; fail_at += 1 + fail_at / 8) {
+    for (uint64_t fail_at = 0; fail_at < total; fail_at += 1 + fail_at / step) {
         TestAllocator allocator;
         allocator.fail_at = fail_at;
+        if (run(allocator, "allocation " + std::to_string(fail_at) + " failed"))
+            ++refusals;
+        EXPECT_EQ(allocator.live_bytes, 0u) << "allocation " << fail_at << " failed: memory left allocated";
+    }
+    return refusals;
+}
+
+TEST(ChangeSet, AllocationFailureLeavesTheSetAsItWas)
+{
+    const uint64_t refusals = sweep_allocation_failures(20, 8, [](TestAllocator& allocator, const std::string& what) {
         ChangeSet set(size_t{64} << 20, allocator);
         Model accepted;
         uint64_t state = 11;
         bool refused = false;
-        /* The same kind of load, one add at a time, recording only what was accepted. */
+        /* One add at a time, recording only what was accepted. */
         for (uint32_t i = 0; i < 1500 && !refused; ++i) {
             state = state * 6364136223846793005ULL + 1442695040888963407ULL;
             const RelFork r{1663, 5, 16384 + static_cast<uint32_t>((state >> 40) % 37), kMainFork};
@@ -293,21 +300,19 @@ TEST(ChangeSet, AllocationFailureLeavesTheSetAsItWas)
             }
             if (result == AddResult::kRefused) {
                 refused = true;
-                ++refusals;
                 allocator.fail_at = ~uint64_t{0}; /* the cursor below may allocate */
-                EXPECT_EQ(set.last_refusal(), Refusal::kAllocation);
-                EXPECT_EQ(difference(before.normalized(), contents(set)), "")
-                    << "allocation " << fail_at << " failed and the set changed";
+                EXPECT_EQ(set.last_refusal(), Refusal::kAllocation) << what;
+                EXPECT_EQ(difference(before.normalized(), contents(set)), "") << what << " and the set changed";
             }
         }
         allocator.fail_at = ~uint64_t{0};
-        EXPECT_EQ(difference(accepted.normalized(), contents(set)), "") << "allocation " << fail_at;
+        EXPECT_EQ(difference(accepted.normalized(), contents(set)), "") << what;
         /* After a clear() the set works again. */
         set.clear();
-        EXPECT_NE(set.add_block(kRel, 1), AddResult::kRefused);
+        EXPECT_NE(set.add_block(kRel, 1), AddResult::kRefused) << what;
         set.reset();
-        EXPECT_EQ(allocator.live_bytes, 0u);
-    }
+        return refused;
+    });
     EXPECT_GT(refusals, 10u) << "the failing allocations were never reached";
 }
 
@@ -442,33 +447,20 @@ void refused_batch_leaves_nothing(ChangeSet& set, uint64_t seed, uint32_t max_ro
 
 TEST(ChangeSet, RefusedBatchLeavesTheSetAsItWas)
 {
-    /* Allocation failures: count a run's allocations, then fail each of them in turn. */
-    TestAllocator counting;
-    {
-        ChangeSet set(size_t{64} << 20, counting);
-        uint64_t refusals = 0;
-        refused_batch_leaves_nothing(set, 21, 300, Refusal::kAllocation, &refusals, "counting");
-        EXPECT_EQ(refusals, 0u);
-        set.reset();
-    }
-    const uint64_t total = counting.calls;
-    ASSERT_GT(total, 100u);
-    uint64_t refusals = 0;
-    for (uint64_t fail_at = 0; fail_at < total; fail_at += 1 + fail_at / 16) {
-        TestAllocator allocator;
-        allocator.fail_at = fail_at;
+    /* Allocation failures: each failing allocation refuses exactly one batch, which leaves nothing. */
+    (void) sweep_allocation_failures(100, 16, [](TestAllocator& allocator, const std::string& what) {
         ChangeSet set(size_t{64} << 20, allocator);
-        const uint64_t before = refusals;
-        refused_batch_leaves_nothing(set, 21, 300, Refusal::kAllocation, &refusals,
-                                     "allocation " + std::to_string(fail_at) + " failed");
-        EXPECT_EQ(refusals, before + 1) << "allocation " << fail_at << " never failed an add";
+        const bool failing = allocator.fail_at != ~uint64_t{0};
+        uint64_t refusals = 0;
+        refused_batch_leaves_nothing(set, 21, 300, Refusal::kAllocation, &refusals, what);
+        EXPECT_EQ(refusals, failing ? 1u : 0u) << what << ": refused batches";
         allocator.fail_at = ~uint64_t{0};
         set.reset();
-        EXPECT_EQ(allocator.live_bytes, 0u);
-    }
+        return refusals != 0;
+    });
+    uint64_t refusals = 0;
     /* The budget: batches into a small set until one does not fit. */
     ChangeSet small(ChangeSet::kMinBudget);
-    refusals = 0;
     refused_batch_leaves_nothing(small, 23, 1000000, Refusal::kBudget, &refusals, "budget");
     EXPECT_EQ(refusals, 1u) << "the budget never refused a batch";
     small.reset();
