@@ -27,7 +27,8 @@
 #      map written under another PostgreSQL major version (its header's
 #      major version changed, CRC valid);
 #      ptrack.map_size changed (64MB -> 32MB; hooks only: wal capture's
-#      map is a few KB whatever it says, and stays trusted); data checksums enabled with
+#      map is a few KB whatever it says, and stays trusted); ptrack.capture
+#      switched and back (servers with the hooks); data checksums enabled with
 #      pg_checksums; the last batch of ptrack.map.delta cut short, and the
 #      delta file removed (the map is then older than the latest checkpoint);
 #      ptrack.map removed with its delta left (a WARNING, not just "not
@@ -61,7 +62,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 use PtrackCluster
-  qw(capture_mode ptrack_node map_header set_map_server_major server_major delta_batches log_position log_since not_trusted_re count_matches init_lsn
+  qw(capture_mode server_has_hooks ptrack_node map_header set_map_server_major server_major delta_batches log_position log_since not_trusted_re count_matches init_lsn
   rewind_from);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok pagemapset show_misses);
 
@@ -79,6 +80,8 @@ my %reason = (
 	backup_label =>
 	  'a backup_label file is present (the data directory was restored from a backup or rewound)',
 	minimal => 'the server crashed while wal_level was minimal, so the WAL cannot show what was lost',
+	source_hooks => 'it was written by the hooks capture source and this server captures from the WAL',
+	source_wal => 'it was written by another capture source than this server\'s (ptrack.capture changed)',
 );
 
 # Some changes: an update, a delete, a new table with an index.
@@ -342,6 +345,19 @@ else
 }
 is($node->safe_psql('postgres', 'SHOW ptrack.map_size'), '32MB', 'ptrack.map_size is now 32MB');
 # (32MB from now on.)
+
+# ptrack.capture switched, and back (a server with the hooks has both
+# sources).  The two sources' maps also differ in geometry (wal capture's is
+# the smallest), and the reason must name the source, not ptrack.map_size.
+if (server_has_hooks())
+{
+	my ($mode, $other) = $wal ? ('wal', 'hooks') : ('hooks', 'wal');
+	stopped_case("ptrack.capture $mode -> $other", $reason{"source_$mode"},
+		sub { $node->append_conf('postgresql.conf', "ptrack.capture = $other") });
+	stopped_case("ptrack.capture $other -> $mode", $reason{"source_$other"},
+		sub { $node->append_conf('postgresql.conf', "ptrack.capture = $mode") });
+	is($node->safe_psql('postgres', 'SHOW ptrack.capture'), $mode, "ptrack.capture is $mode again");
+}
 
 stopped_case(
 	'pg_checksums --enable',

@@ -16,7 +16,10 @@
 #   3. expiry (ptrack.wal_summary_keep_time = 1h, the two oldest files
 #      backdated with touch -d): exactly those two go, the chain stays whole
 #      from the third; ptrack_init_lsn() follows, an older start is refused
-#      ("take a full backup") and the new oldest start is answered;
+#      ("take a full backup") and the new oldest start is answered; then,
+#      with every file backdated and no save since the follower's resume
+#      point, the file ending at it and the later ones stay, and a crash
+#      does not restart tracking;
 #   4. a crash while combining (simulated on disk, then an immediate stop):
 #      files planted inside a valid file's range are removed, a damaged
 #      combined file whose inputs are all there is removed, the rest stays;
@@ -173,6 +176,42 @@ like($err, qr/full backup/, 'a start LSN in an expired summary is refused: ' . $
 ($rc, $out, $err) = $node->psql('postgres',
 	"SELECT count(*) > 0 FROM ptrack_get_pagemapset('" . lsn_text($third->{start}) . "')");
 is($err, '', 'the oldest kept start LSN is answered');
+
+# 3b. Expiry keeps the file ending at the resume point (the last save's
+# covered LSN + 1) and every later one: calls cut files, no save moves the
+# resume point, every file is backdated, then a crash.  Before the fix the
+# expiry removed all but the newest, and the restart found no chain ending
+# at the resume point: "ptrack restarted change tracking".
+my ($saves, $save_lsn) =
+  split(/\|/, $node->safe_psql('postgres', 'SELECT saves, last_save_lsn FROM ptrack_status'));
+my $resume = lsn_to_int($save_lsn) + 1;
+for my $i (1 .. 2)
+{
+	$node->safe_psql('postgres', "UPDATE t SET pad = 'call$i' WHERE id % 50 = 7");
+	$node->safe_psql('postgres',
+		"SELECT count(*) FROM ptrack_get_pagemapset('" . lsn_text($third->{start}) . "')");
+}
+@s = summaries($pgdata);
+ok((grep { $_->{end} == $resume } @s) && (grep { $_->{end} < $resume } @s) && $s[-1]{end} > $resume,
+	'files end before, at and after the resume point ' . lsn_text($resume) . ' (have: ' . describe_summaries(@s) . ')');
+system('touch', '-m', '-d', '3 hours ago', map { "$dir/$_->{name}" } @s) == 0 or die "touch: $?";
+$offset = log_position($node);
+$node->safe_psql('postgres', "UPDATE t SET pad = 'call3' WHERE id % 50 = 7");
+$node->safe_psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('" . lsn_text($third->{start}) . "')");
+my @kept = wait_for_files(sub { @_ && $_[0]{end} >= $resume });
+is($node->safe_psql('postgres', 'SELECT saves FROM ptrack_status'), $saves, 'no save since: the resume point stayed');
+is($kept[0]{end}, $resume, 'expiry removed the files ending before the resume point and kept the one ending at it (have: '
+	  . describe_summaries(@kept) . ')');
+is(join(' ', grep { !-e "$dir/$_->{name}" } grep { $_->{end} > $resume } @s), '',
+	'every backdated file after the resume point stays');
+like(log_since($node, $offset), qr/ptrack removed \d+ summary files? older than ptrack.wal_summary_keep_time/,
+	'the expiry is logged');
+my $init_before = init_lsn($node);
+$node->stop('immediate');
+$offset = log_position($node);
+$node->start;
+is(init_lsn($node), $init_before, 'after a crash ptrack_init_lsn() is unchanged (' . $init_before . ')');
+unlike(log_since($node, $offset), qr/ptrack restarted change tracking/, 'after a crash tracking did not restart');
 reload_with('RESET ptrack.wal_summary_keep_time');
 
 # ---------------------------------------------------------------------------

@@ -30,7 +30,10 @@
  *            again).  The answers already ignore it (and name it).
  *  kRemove   remove files[0, count), expired: modification time older than
  *            keep_seconds, oldest first, stopping at the first one kept;
- *            never the newest file.  (Files before a hole in the chain stay
+ *            never the newest file, nor one ending at or after
+ *            combine_until (the file ending at the resume point stays while
+ *            no later save moves it: without it a restart finds no chain
+ *            ending there and restarts tracking).  (Files before a hole in the chain stay
  *            until they expire: the answers already start after the hole,
  *            and name the missing file to a caller whose L lies before it.)
  *  kCombine  combine files[first, first + count) (2 <= count <=
@@ -85,10 +88,11 @@ struct RetentionPolicy {
     int64_t keep_seconds; /* 0: keep forever */
     size_t max_files;     /* >= 4 */
     /*
-     * Only files ending at or before this LSN are combined: where the
-     * follower resumes after a crash (its last save's covered LSN + 1), which
-     * must stay a boundary (it drops the files ending after it and needs the
-     * rest to end exactly there).  0: nothing is combined.
+     * Only files ending at or before this LSN are combined, and only files
+     * ending before it expire: where the follower resumes after a crash (its
+     * last save's covered LSN + 1), which must stay a boundary (it drops the
+     * files ending after it and needs the rest to end exactly there).  0: no
+     * resume point; nothing is combined, expiry is unbounded.
      */
     Lsn combine_until;
 };

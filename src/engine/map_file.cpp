@@ -169,6 +169,11 @@ const char* map_file_distrust_reason(const MapFileHeader& header, const StartupF
         return "it belongs to another database cluster (system identifier differs)";
     if (header.server_major != facts.server_major)
         return "it was written under another PostgreSQL major version";
+    /* Before the geometry: wal capture's map has the smallest one (docs/design.md section 9.5). */
+    if (header.source != facts.source)
+        return header.source == CaptureSourceId::kHooks
+                   ? "it was written by the hooks capture source and this server captures from the WAL"
+                   : "it was written by another capture source than this server's (ptrack.capture changed)";
     if (!(header.geometry == facts.geometry))
         return "ptrack.map_size changed since it was written";
     if (header.placement != placement_fingerprint(header.geometry))
@@ -177,10 +182,6 @@ const char* map_file_distrust_reason(const MapFileHeader& header, const StartupF
         return "its size does not match its header";
     if (facts.backup_label)
         return "a backup_label file is present (the data directory was restored from a backup or rewound)";
-    if (header.source != facts.source)
-        return header.source == CaptureSourceId::kHooks
-                   ? "it was written by the hooks capture source and this server captures from the WAL"
-                   : "it was written by another capture source than this server's (ptrack.capture changed)";
     if (header.data_checksum_version != facts.data_checksum_version)
         return "data checksums were enabled or disabled since it was written";
     if (header.init_lsn == 0)

@@ -68,11 +68,15 @@ RetentionAction plan_retention(const RetentionFile* files, size_t count, const C
         if (roles[i] == ChainRole::kOffChain && files[i].end <= policy.combine_until)
             return RetentionAction{RetentionStep::kStray, i, 1, 0, false};
 
-    /* Expired files: a prefix, never the newest. */
+    /*
+     * Expired files: a prefix, never the newest, and never the file ending at
+     * the resume point or a later one (a restart needs the chain to end there).
+     */
     if (policy.keep_seconds > 0) {
         const int64_t cutoff = policy.now - policy.keep_seconds;
         size_t expired = 0;
-        while (expired + 1 < count && files[expired].mtime < cutoff)
+        while (expired + 1 < count && files[expired].mtime < cutoff &&
+               (policy.combine_until == 0 || files[expired].end < policy.combine_until))
             ++expired;
         if (expired > 0)
             return RetentionAction{RetentionStep::kRemove, 0, expired, 0, false};

@@ -219,6 +219,22 @@ TEST(MapFileTrust, EveryRuleRejectsWithItsOwnReason)
     expect_rejected(h, f);
 }
 
+TEST(MapFileTrust, ASwitchOfCaptureSourceIsNamedBeforeTheGeometry)
+{
+    /* wal capture saves the smallest geometry: a switch changes both, and the reason must name the source. */
+    const MapFileHeader hooks_map = sample_header();
+    StartupFacts f = facts_for(hooks_map);
+    f.source = CaptureSourceId::kWal;
+    f.geometry = MapGeometry::smallest(ptrack_test::kRelSegSize);
+    EXPECT_STREQ(map_file_distrust_reason(hooks_map, f),
+                 "it was written by the hooks capture source and this server captures from the WAL");
+    MapFileHeader wal_map = hooks_map;
+    wal_map.source = CaptureSourceId::kWal;
+    wal_map.geometry = MapGeometry::smallest(ptrack_test::kRelSegSize);
+    EXPECT_STREQ(map_file_distrust_reason(wal_map, facts_for(hooks_map)),
+                 "it was written by another capture source than this server's (ptrack.capture changed)");
+}
+
 TEST(MapFileTrust, CrashAfterAnyWalLevelLapse)
 {
     const MapFileHeader h = sample_header();

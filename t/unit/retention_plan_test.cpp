@@ -231,6 +231,22 @@ TEST(RetentionPlan, ExpiryRemovesAPrefixNeverTheNewest)
     EXPECT_EQ(a.count, 3u);
 }
 
+TEST(RetentionPlan, ExpiryKeepsTheFileEndingAtTheResumePoint)
+{
+    /* All expired; the follower's last save resumes at 300: [200, 300) and what follows stay. */
+    const std::vector<RetentionFile> files = {file(100, 200, R, 10), file(200, 300, R, 10), file(300, 400, R, 10),
+                                              file(400, 500, R, 10)};
+    RetentionAction a = plan(files, policy(1000, 100, 256, 300));
+    ASSERT_EQ(a.step, RetentionStep::kRemove);
+    EXPECT_EQ(a.count, 1u) << "only [100, 200) ends before the resume point 300";
+    /* Resuming at the start of the oldest file: nothing expires. */
+    EXPECT_NE(plan(files, policy(1000, 100, 256, 200)).step, RetentionStep::kRemove);
+    /* No resume point yet (no save): expiry is bounded by the newest file only. */
+    a = plan(files, policy(1000, 100, 256, 0));
+    ASSERT_EQ(a.step, RetentionStep::kRemove);
+    EXPECT_EQ(a.count, 3u);
+}
+
 TEST(RetentionPlan, RunsAcrossCutsThatAreNotRedoLsns)
 {
     /* [100..400) ends at a redo LSN with two cuts inside; then an open run of two. */
@@ -404,7 +420,7 @@ void simulate_twelve_days(int64_t keep, double* span_ratio_out)
                     break;
                 }
             }
-            if (files.size() > 1) {
+            if (files.size() > 1 && files.front().end < resume_at) {
                 ASSERT_GE(files.front().mtime, cutoff) << "an expired file stays";
             }
         }
