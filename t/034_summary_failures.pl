@@ -22,7 +22,11 @@
 #      summaries answer (the oldest summaries removed, as retention would),
 #      and the error for start_lsn 0/0 names that LSN in its detail too;
 #   5. the parameters: ptrack.wal_summary_keep_time below a minute is a
-#      minute (not 0, "forever"); ptrack.wal_summary_memory has bounds.
+#      minute (not 0, "forever"); ptrack.wal_summary_memory has bounds;
+#   6. one WAL record whose changes do not fit in ptrack.wal_summary_memory
+#      (a DROP SCHEMA of 20,000 tables in 4 MB): recorded as its database,
+#      whole (LOG), no restart of tracking, the start LSN before it answered
+#      with every block of the database.
 
 use strict;
 use warnings;
@@ -258,6 +262,41 @@ is(
 	ok(!$ok, 'wal_summary_memory: 2TB is refused');
 	like($err, qr/is outside the valid range/, 'wal_summary_memory: with the range') or diag($err);
 }
+
+# --- 6. one WAL record larger than ptrack.wal_summary_memory ---------------------------
+# DROP SCHEMA ... CASCADE of 20,000 tables with a primary key: one commit
+# record drops 40,000 relations, four forks each, more than 4 MB of change
+# set.  The record goes in as its database, whole: no restart, the start
+# LSN before it is still answered, every block of the database listed.
+$node->append_conf('postgresql.conf', "max_locks_per_transaction = 4096\nptrack.wal_summary_memory = 4MB\n");
+$node->restart;
+$node->safe_psql('postgres', q{CREATE SCHEMA many;
+	DO $$ BEGIN FOR i IN 1 .. 20000 LOOP
+	  EXECUTE format('CREATE TABLE many.t%s (a int PRIMARY KEY)', i);
+	END LOOP; END $$});
+$node->safe_psql('postgres', 'CHECKPOINT');
+my $init_big = init_lsn($node);
+my $L_big = lsn();
+my @want_big = (change(11, 'before the drop'));
+my $offset_big = log_position($node);
+my $restarts = status('restarts');
+$node->safe_psql('postgres', 'DROP SCHEMA many CASCADE');
+push @want_big, change(12, 'after the drop');
+is(not_listed($L_big, @want_big), '', 'big record: the changes around it are listed from ' . $L_big);
+is(init_lsn($node), $init_big, "big record: ptrack_init_lsn() is unchanged ($init_big)");
+my $log_big = log_since($node, $offset_big);
+like($log_big, qr/LOG:  ptrack recorded the WAL record ending at \S+ as whole databases: its changes do not fit in ptrack.wal_summary_memory \(4 MB\)/,
+	'big record: recorded as whole databases (LOG)');
+unlike($log_big, qr/ptrack (?:restarted change tracking|change summaries restart)/, 'big record: tracking did not restart');
+is(status('restarts'), $restarts, 'big record: ptrack_status().restarts unchanged');
+{
+	my $map = pagemapset($node, 'postgres', $L_big);
+	my $path = $node->safe_psql('postgres', "SELECT pg_relation_filepath('t')");
+	my $blocks = $node->safe_psql('postgres', "SELECT pg_relation_size('t') / current_setting('block_size')::int");
+	is(scalar(@{ $map->{$path}{blocks} // [] }), $blocks, "big record: all $blocks blocks of $path are listed (its database, whole)");
+}
+$node->append_conf('postgresql.conf', "ptrack.wal_summary_memory = 64MB\n");
+$node->reload;
 
 $node->stop;
 done_testing();

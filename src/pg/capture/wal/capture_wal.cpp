@@ -371,6 +371,28 @@ public:
 };
 SetOnlySink set_only_sink;
 
+/*
+ * The same record again, coarse: every change as "every file of its
+ * database" (one entry per database the record touches, a few bytes), for a
+ * record whose changes do not fit in an empty set (readd_by_database()).
+ */
+class DatabaseOnlySink final : public WalChangeSink {
+public:
+    void block(const RelFork& rel, BlockNumber, Lsn, bool) noexcept override
+    {
+        note_add(summaries.set->add_database(rel.spc_oid, rel.db_oid));
+    }
+    void relation_limit(const RelFork& rel, BlockNumber, Lsn) noexcept override
+    {
+        note_add(summaries.set->add_database(rel.spc_oid, rel.db_oid));
+    }
+    void database(uint32_t spc, uint32_t db, Lsn) noexcept override
+    {
+        note_add(summaries.set->add_database(spc, db));
+    }
+};
+DatabaseOnlySink database_only_sink;
+
 /* The follower process's own state. */
 struct Follower {
     MemoryContext cxt;                      /* the reader and everything it allocates */
@@ -1081,11 +1103,39 @@ void summaries_after_restart(Lsn lsn)
  */
 void restart_summaries_after_overflow()
 {
-    ereport(WARNING, (errmsg("ptrack change summaries restart at %X/%X: one WAL record's changes do not fit in "
-                             "ptrack.wal_summary_memory (%d MB)",
-                             PTRACK_LSN_ARGS(follower.next + 1), wal_summary_memory_mb),
-                      errhint("Raise ptrack.wal_summary_memory.")));
+    char reason[160];
+    snprintf(reason, sizeof(reason),
+             "one WAL record's changes do not fit in ptrack.wal_summary_memory (%d MB), even as whole databases",
+             wal_summary_memory_mb);
+    restart_tracking_at(follower.next + 1, reason); /* counted in ptrack_status() */
     summaries_start_fresh(follower.next + 1);
+}
+
+/*
+ * In perform_cut(), the set just emptied and the last record read again
+ * into it, refused: its changes alone do not fit in the whole budget (one
+ * transaction dropping or truncating tens of thousands of relations: a
+ * tester's 15,000 tables in 4 MB).  The set holds nothing but that record
+ * (no walk's growth is replayed into it yet), so it is cleared and takes the
+ * record again as whole databases: an answer across the record lists every
+ * file of those databases (extra blocks, never fewer; the dropped files are
+ * gone anyway) instead of the summaries restarting.
+ */
+void readd_by_database()
+{
+    summaries.set->clear();
+    summaries.refused = false;
+    summaries.cut_soon = false;
+    (void) capture_wal_record(follower.reader, database_only_sink);
+    for (uint32_t i = 0; i < summaries.gap_count; ++i)
+        note_add(summaries.set->add_database(summaries.gaps[i].rel.spc_oid, summaries.gaps[i].rel.db_oid));
+    if (!summaries.refused)
+        ereport(LOG, (errmsg("ptrack recorded the WAL record ending at %X/%X as whole databases: its changes do not "
+                             "fit in ptrack.wal_summary_memory (%d MB)",
+                             PTRACK_LSN_ARGS(follower.next), wal_summary_memory_mb),
+                      errdetail("An incremental backup whose start LSN lies before it copies every file of those "
+                                "databases."),
+                      errhint("Raise ptrack.wal_summary_memory to keep such records exact.")));
 }
 
 void schedule_cut(Lsn at, bool readd, uint32_t flags)
@@ -1181,11 +1231,13 @@ bool perform_cut()
         (void) capture_wal_record(follower.reader, set_only_sink);
         for (uint32_t i = 0; i < summaries.gap_count; ++i)
             add_block_range(summaries.gaps[i].rel, summaries.gaps[i].from, summaries.gaps[i].to);
+        if (summaries.refused)
+            readd_by_database(); /* the record alone is larger than the whole budget */
     }
     growth_replay_pending(end);
     publish(&shared->follower.summarized_lsn, end);
     if (summaries.refused)
-        restart_summaries_after_overflow(); /* the record alone is larger than the whole budget */
+        restart_summaries_after_overflow(); /* not even as whole databases */
     return true;
 }
 
