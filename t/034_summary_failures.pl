@@ -17,7 +17,10 @@
 #      starts and answers;
 #   3. the directory made unwritable while the follower runs: the summary it
 #      cannot write counts in ptrack_status().failed_saves and its WARNING's
-#      hint names pg_wal/ptrack; once writable again, nothing is lost;
+#      hint names pg_wal/ptrack; a call that times out says the follower
+#      cannot write its summaries, with the failure and that hint, and so
+#      does ptrack_status().off_reason; once writable again, nothing is lost
+#      and off_reason is NULL;
 #   4. ptrack_status().init_lsn is what ptrack_init_lsn() answers when the
 #      summaries answer (the oldest summaries removed, as retention would),
 #      and the error for start_lsn 0/0 names that LSN in its detail too;
@@ -208,13 +211,20 @@ chmod(0500, $sumdir) or die "chmod: $!";
 	my ($ok, $err) = call(
 		"SET ptrack.wal_wait_timeout = '3s'; SELECT count(*) FROM ptrack_get_pagemapset('$L3'::pg_lsn)");
 	ok(!$ok, 'unwritable: pagemapset() cannot answer') or diag($err);
+	like($err,
+		qr{ERROR:  ptrack's WAL follower cannot write its change summaries: could not create file "pg_wal/ptrack/[^"]+": Permission denied},
+		'unwritable: the error says why, not just that the wait timed out') or diag($err);
+	like($err, qr{HINT:[^\n]*pg_wal/ptrack}, 'unwritable: its hint names pg_wal/ptrack') or diag($err);
 }
+like(status('off_reason'), qr{^the WAL follower cannot write its change summaries \(retrying; last failure at .*\): could not create file "pg_wal/ptrack/},
+	'unwritable: ptrack_status().off_reason says so');
 cmp_ok(status('failed_saves'), '>', $failed, 'unwritable: ptrack_status().failed_saves counts the summary not written');
 $log = log_since($node, $offset);
 like($log, qr/WARNING:  ptrack could not save its change summar/, 'unwritable: a WARNING says so');
 like($log, qr{HINT:[^\n]*pg_wal/ptrack}, 'unwritable: its hint names pg_wal/ptrack');
 chmod(0700, $sumdir) or die "chmod: $!";
 is(not_listed($L3, $d), '', "writable again: pagemapset(L3 $L3) lists change D");
+is(status("coalesce(off_reason, 'none')"), 'none', 'writable again: ptrack_status().off_reason is NULL');
 is(not_listed($init2, $c, $d), '', 'writable again: pagemapset(ptrack_init_lsn()) lists changes C and D');
 {
 	my @now = summaries($pgdata);

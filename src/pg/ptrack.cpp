@@ -160,6 +160,7 @@ void ptrack_shmem_startup()
         memset(static_cast<void*>(state), 0, sizeof(SharedState));
         SpinLockInit(&state->last_restart.mutex);
         SpinLockInit(&state->follower_start_error.mutex);
+        SpinLockInit(&state->summary_write_error.mutex);
         state->init_lsn.store(0, Order::kRelaxed);
         state->geometry = geometry;
         /* load_map() fills the region from the file, or clears it. */

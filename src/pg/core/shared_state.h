@@ -170,6 +170,13 @@ struct SharedState {
     SaveStats save_stats;
     RestartInfo last_restart;
     FollowerStartError follower_start_error;
+    /*
+     * wal: the last change summary the follower could not write (message and
+     * hint; time 0: the last one was written).  The follower stops applying
+     * the WAL until one is written, so ptrack_status().off_reason and the
+     * functions' timeout errors say why (capture_wal.cpp).
+     */
+    FollowerStartError summary_write_error;
 };
 
 extern SharedState* shared; /* nullptr when tracking is off */

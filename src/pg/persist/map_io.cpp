@@ -99,6 +99,8 @@ namespace {
 /* One WARNING per minute at most for failed saves (map_io.h). */
 constexpr long kSaveWarningIntervalMs = 60 * 1000;
 TimestampTz save_warning_quiet_until = 0;
+/* warn_save_failed()'s last failure, for last_save_failure(). */
+char last_failure[256];
 uint64_t save_warnings_suppressed = 0;
 
 }  // namespace
@@ -106,6 +108,7 @@ uint64_t save_warnings_suppressed = 0;
 void warn_save_failed(const char* what, const char* action, const char* file)
 {
     const int saved_errno = errno;
+    snprintf(last_failure, sizeof(last_failure), "could not %s file \"%s\": %s", action, file, strerror(saved_errno));
     const TimestampTz now = GetCurrentTimestamp();
     if (now < save_warning_quiet_until) {
         save_warnings_suppressed++;
@@ -126,6 +129,11 @@ void warn_save_failed(const char* what, const char* action, const char* file)
                       errmsg("ptrack could not save %s: could not %s file \"%s\": %m", what, action, file),
                       errdetail("%s%s", persist_source->save_failure_detail, repeated),
                       errhint("%s", persist_source->save_failure_hint)));
+}
+
+const char* last_save_failure()
+{
+    return last_failure;
 }
 
 bool rename_for_save(const char* from, const char* to, const char* what)

@@ -54,6 +54,13 @@ bool crc_of_range(int fd, uint64_t offset, uint64_t len, uint8_t* buffer, size_t
 void warn_save_failed(const char* what, const char* action, const char* file);
 
 /*
+ * The last failure warn_save_failed() was told of in this process, as
+ * "could not <action> file "<file>": <strerror>" (reported or not); valid
+ * until the next call.
+ */
+const char* last_save_failure();
+
+/*
  * durable_rename(from, to) for a save: on failure, one warn_save_failed()
  * (rate-limited) instead of PostgreSQL's own WARNING.  True on success.
  */

@@ -110,6 +110,7 @@ extern "C" {
 #include "capture/wal/wal_load.h"
 #include "capture/file_growth.h"
 #include "persist/limit_file_io.h"
+#include "persist/map_io.h"
 #include "persist/map_persistence.h"
 #include "persist/summary_io.h"
 #include "core/shared_state.h"
@@ -835,7 +836,9 @@ void empty_set_from(Lsn start)
     summaries.cut_soon = false;
 }
 
-/* Defined with the main loop's errors below: the follower's start error (FollowerStartError). */
+/* Defined with the main loop's errors below: problems published for backends (FollowerStartError). */
+void publish_problem(FollowerStartError& e, int sqlerrcode, const char* message, const char* hint);
+void clear_problem(FollowerStartError& e);
 void record_start_reason(int sqlerrcode, const char* message, const char* hint);
 void clear_start_error();
 
@@ -1215,6 +1218,9 @@ bool perform_cut()
     }
     if (!ok) {
         save_stats_record_failure(); /* ptrack_status().failed_saves */
+        publish_problem(shared->summary_write_error, ERRCODE_IO_ERROR,
+                        cursor != nullptr ? last_save_failure() : "out of memory for its index",
+                        persist_source->save_failure_hint);
         summaries.backoff_s = summaries.backoff_s == 0 ? 1 : Min(summaries.backoff_s * 2, 60);
         summaries.retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), summaries.backoff_s * 1000L);
         return false;
@@ -1224,6 +1230,7 @@ bool perform_cut()
                             static_cast<unsigned long long>(written.fork_count),
                             static_cast<unsigned long long>(written.block_count), written.database_count)));
     ++summaries.written;
+    clear_problem(shared->summary_write_error); /* after failures: written again */
     const bool readd = summaries.cut_readd;
     empty_set_from(end);
     if (readd) {
@@ -1505,10 +1512,9 @@ void record_start_error(const ErrorData* edata)
                         edata->hint != NULL ? edata->hint : "");
 }
 
-/* The same for a reason the follower states itself (hold_summaries()): `message` and `hint` ("" if none). */
-void record_start_reason(int sqlerrcode, const char* message, const char* hint)
+/* Publishes a problem in `e` (shared_state.h), timed now: `message` and `hint` ("" if none). */
+void publish_problem(FollowerStartError& e, int sqlerrcode, const char* message, const char* hint)
 {
-    FollowerStartError& e = shared->follower_start_error;
     const TimestampTz now = GetCurrentTimestamp();
     SpinLockAcquire(&e.mutex);
     e.time = now;
@@ -1518,13 +1524,24 @@ void record_start_reason(int sqlerrcode, const char* message, const char* hint)
     SpinLockRelease(&e.mutex);
 }
 
-/* The follower has started: nothing prevents it any more. */
-void clear_start_error()
+/* The problem in `e` is over. */
+void clear_problem(FollowerStartError& e)
 {
-    FollowerStartError& e = shared->follower_start_error;
     SpinLockAcquire(&e.mutex);
     e.time = 0;
     SpinLockRelease(&e.mutex);
+}
+
+/* The same for a reason the follower states itself (hold_summaries()): `message` and `hint` ("" if none). */
+void record_start_reason(int sqlerrcode, const char* message, const char* hint)
+{
+    publish_problem(shared->follower_start_error, sqlerrcode, message, hint);
+}
+
+/* The follower has started: nothing prevents it any more. */
+void clear_start_error()
+{
+    clear_problem(shared->follower_start_error);
 }
 
 /*
@@ -1847,13 +1864,12 @@ Lsn freshness_target()
 namespace {
 
 /*
- * The reason the follower cannot start (FollowerStartError), copied under
- * its spinlock into `message` and `hint` (sizeof the fields): the time of
- * that ERROR, 0 if none (both left unset then).
+ * The problem published in `e` (the reason the follower cannot start, or
+ * the summary it cannot write), copied under its spinlock into `message`
+ * and `hint` (sizeof the fields): its time, 0 if none.
  */
-TimestampTz read_start_error(char* message, char* hint)
+TimestampTz read_problem(FollowerStartError& e, char* message, char* hint)
 {
-    FollowerStartError& e = shared->follower_start_error;
     SpinLockAcquire(&e.mutex);
     const TimestampTz since = e.time;
     memcpy(message, e.message, sizeof(e.message));
@@ -1862,6 +1878,31 @@ TimestampTz read_start_error(char* message, char* hint)
     message[sizeof(e.message) - 1] = '\0';
     hint[sizeof(e.hint) - 1] = '\0';
     return since;
+}
+
+TimestampTz read_start_error(char* message, char* hint)
+{
+    return read_problem(shared->follower_start_error, message, hint);
+}
+
+/*
+ * After ptrack.wal_wait_timeout: if the follower cannot write its change
+ * summaries (it applies no WAL until it can), an ERROR saying so, with the
+ * failure and what to do, instead of the timeout's generic one.
+ */
+void fail_if_summaries_unwritable()
+{
+    char message[sizeof(FollowerStartError::message)];
+    char hint[sizeof(FollowerStartError::hint)];
+    const TimestampTz since = read_problem(shared->summary_write_error, message, hint);
+    if (since == 0)
+        return;
+    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                    errmsg("ptrack's WAL follower cannot write its change summaries: %s", message),
+                    errdetail("It has been retrying since %s and applies no WAL until a summary is written; nothing "
+                              "is lost meanwhile (its replication slot keeps the WAL).",
+                              timestamptz_to_str(since)),
+                    errhint("%s", hint)));
 }
 
 /* If the follower is failing to start: an ERROR saying why, with its hint (the follower keeps retrying). */
@@ -1886,11 +1927,17 @@ const char* wal_not_running(char* buf, size_t len)
 {
     char message[sizeof(FollowerStartError::message)];
     char hint[sizeof(FollowerStartError::hint)];
-    const TimestampTz since = read_start_error(message, hint);
+    TimestampTz since = read_start_error(message, hint);
+    if (since != 0) {
+        snprintf(buf, len, "the WAL follower cannot start (retrying; last error at %s): %s",
+                 timestamptz_to_str(since), message);
+        return buf;
+    }
+    since = read_problem(shared->summary_write_error, message, hint);
     if (since == 0)
         return nullptr;
-    snprintf(buf, len, "the WAL follower cannot start (retrying; last error at %s): %s", timestamptz_to_str(since),
-             message);
+    snprintf(buf, len, "the WAL follower cannot write its change summaries (retrying; last failure at %s): %s",
+             timestamptz_to_str(since), message);
     return buf;
 }
 
@@ -1940,7 +1987,8 @@ void wait_for_follower()
             SetLatch(static_cast<Latch*>(latch));
         /* A follower (a restarted one too) that fails to start meanwhile: say so now, not after the timeout. */
         fail_if_follower_cannot_start();
-        if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), wal_wait_timeout_ms))
+        if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), wal_wait_timeout_ms)) {
+            fail_if_summaries_unwritable();
             ereport(ERROR,
                     (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                      errmsg("ptrack's WAL follower has not caught up with the WAL within ptrack.wal_wait_timeout "
@@ -1951,6 +1999,7 @@ void wait_for_follower()
                                init == 0 ? ", and it has not started yet" : ""),
                      errhint("Check the server log for errors of the \"ptrack WAL follower\" process, or raise "
                              "ptrack.wal_wait_timeout.")));
+        }
         (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10, PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);
         CHECK_FOR_INTERRUPTS();
@@ -2001,6 +2050,7 @@ bool wal_summaries(bool cut, Lsn* summarized)
             SetLatch(static_cast<Latch*>(latch));
         fail_if_follower_cannot_start();
         if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), wal_wait_timeout_ms)) {
+            fail_if_summaries_unwritable();
             const Lsn summarized_now = f.summarized_lsn.load(Order::kAcquire);
             ereport(ERROR,
                     (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
