@@ -1182,6 +1182,8 @@ bool perform_cut()
     /* Before anything changes: a record that cannot be read again must not leave the set half done. */
     if (summaries.cut_readd)
         reread_last_record();
+    /* Every record ending before `end` is applied: the walks' growth dated before it goes in, past what the WAL dated. */
+    growth_settle_pending(end, false);
     ChangeSet& set = *summaries.set;
     ChangeCursor* cursor = set.open_cursor();
     SummaryHeader written;
@@ -1353,9 +1355,11 @@ bool cut_on_request()
         return false;
     if (summaries.cut_at != 0 && !perform_cut())
         return false;
+    const Lsn at = cut_point_now();
+    /* The growth walks found, whole where the follower has not applied the WAL up to its date. */
+    growth_settle_pending(at, true);
     if (summaries.set->empty() && summaries.set_start > follower.next)
         return true; /* the files hold everything applied already */
-    const Lsn at = cut_point_now();
     if (at == 0)
         return true; /* nothing applied is vouched for yet (a fresh set ahead of the follower) */
     schedule_cut(at, false, 0);
