@@ -100,8 +100,10 @@ bool growth_prepare_hooks_save(Lsn covered, Lsn loaded_covered);
  * A WAL record ending at `lsn` references `block` of `rel`: the file had at
  * least block + 1 blocks before it, so blocks between the remembered size
  * and `block` were added before `lsn`: they are marked with it now, and the
- * remembered size grows.  Returns the first block so marked (`block` if
- * none): the caller records [that, block) in its change set too.  This dates most extensions by the WAL (a new page
+ * remembered size grows.  Returns the first block the WAL had not dated yet
+ * (`block` if none; below the remembered size when a walk saw them first):
+ * the caller records [that, block) in its change set, and they count as
+ * dated from now on (growth_settle_pending()).  This dates most extensions by the WAL (a new page
  * is WAL-logged when first used) instead of by the next walk, so a backup
  * started between an extension and that walk is not given those blocks.
  */

@@ -1955,8 +1955,9 @@ void wait_for_follower()
  * the follower writes what it holds in memory as a summary, publishes
  * summarized_lsn and then cut_done.  The walk dates the growth it found at
  * the WAL position read after it, later than what the follower had applied
- * then; the follower puts it in its set at once, so the next summary holds
- * it whatever its end.  This side does not rely on that alone: the target is
+ * then; the follower puts it in every cut ending after that date, and in
+ * the cut a backend asks for whatever its end (growth_settle_pending()).
+ * This side does not rely on that alone: the target is
  * the WAL position now (freshness_target(), flushed: not before the walk's
  * date), and a cut that ends at or before it is asked for once more when
  * the follower has applied that far, so that summarized_lsn is past every
