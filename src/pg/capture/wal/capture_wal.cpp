@@ -155,6 +155,23 @@ constexpr int kMinRedoCutMs = 200;
 constexpr Lsn kMaxRedoLetGoWal = 1024 * 1024;
 
 /*
+ * Redo LSNs learnt ahead of the follower and not reached yet (on 15 only
+ * GetRedoRecPtr() tells them, and a follower behind the WAL may learn the
+ * next one before it reaches the last): each may be a backup's start.  When
+ * more are pending, the one whose loss joins the least WAL goes (never the
+ * newest): a backup starting there gets the blocks of one summary more,
+ * never fewer.
+ */
+constexpr uint32_t kMaxRedoTargets = 16;
+
+/*
+ * ptrack.wal_batch_delay (developer option, ms): the follower sleeps this
+ * long after each batch of WAL it applied, to stay behind the WAL while it
+ * polls (t/036_redo_targets.pl); 0 in production.
+ */
+int wal_batch_delay_ms = 0;
+
+/*
  * A save (after a checkpoint record) comes at most this often, in ms: a
  * storm of checkpoints (t/010 issues hundreds a second) would otherwise
  * cost a walk and a map flush each and leave the follower behind the WAL.
@@ -233,7 +250,8 @@ struct Summaries {
     Lsn cut_at;                /* a cut to write before anything else is applied; 0: none */
     bool cut_readd;            /* after that cut, read the last record again into the new set */
     uint32_t cut_flags;        /* header flags of that summary (kSummaryEndsAtRedo) */
-    Lsn redo_target;           /* a checkpoint's redo LSN still ahead of the follower; 0: none */
+    Lsn redo_targets[kMaxRedoTargets]; /* checkpoints' redo LSNs still ahead of the follower, ascending */
+    uint32_t redo_target_count;
     Lsn redo_seen;             /* the last redo LSN learnt (GetRedoRecPtr(), CHECKPOINT_REDO) */
     TimestampTz redo_noted_at; /* when a redo LSN last became a cut target (note_redo()) */
     bool refused;              /* an add of the current record answered kRefused */
@@ -834,7 +852,7 @@ void restart_set(Lsn start)
 {
     empty_set_from(start);
     summaries.scan_tli = 0;
-    summaries.redo_target = 0;
+    summaries.redo_target_count = 0;
     summaries.last_start = 0;
     summaries.gap_count = 0;
     publish_summarized_start();
@@ -1060,6 +1078,54 @@ void summaries_resume(Lsn start, Lsn covered)
         summaries_unheld(kept, true);
 }
 
+/* Forgets the redo targets at or before `lsn` (passed, or no later than the set's start). */
+void drop_redo_targets_through(Lsn lsn)
+{
+    uint32_t n = 0;
+    while (n < summaries.redo_target_count && summaries.redo_targets[n] <= lsn)
+        ++n;
+    summaries.redo_target_count -= n;
+    memmove(summaries.redo_targets, summaries.redo_targets + n, summaries.redo_target_count * sizeof(Lsn));
+}
+
+/*
+ * Adds `redo` to the targets, in order (once).  Full: the target whose loss
+ * joins the two smallest summaries around it goes, never the newest (the
+ * likeliest backup start); a backup starting at the one lost takes both.
+ */
+void add_redo_target(Lsn redo)
+{
+    Lsn* t = summaries.redo_targets;
+    uint32_t n = summaries.redo_target_count;
+    uint32_t at = n;
+    while (at > 0 && t[at - 1] > redo)
+        --at;
+    if (at > 0 && t[at - 1] == redo)
+        return;
+    if (n == kMaxRedoTargets) {
+        /* Candidates: the kept ones and `redo`, in order; the newest of them always stays. */
+        Lsn all[kMaxRedoTargets + 1];
+        memcpy(all, t, at * sizeof(Lsn));
+        all[at] = redo;
+        memcpy(all + at + 1, t + at, (n - at) * sizeof(Lsn));
+        uint32_t drop = 0;
+        Lsn best = UINT64_MAX;
+        for (uint32_t i = 0; i < n; ++i) {
+            const Lsn before = i == 0 ? summaries.set_start : all[i - 1];
+            if (all[i + 1] - before < best) {
+                best = all[i + 1] - before;
+                drop = i;
+            }
+        }
+        memcpy(t, all, drop * sizeof(Lsn));
+        memcpy(t + drop, all + drop + 1, (n - drop) * sizeof(Lsn));
+        return;
+    }
+    memmove(t + at + 1, t + at, (n - at) * sizeof(Lsn));
+    t[at] = redo;
+    summaries.redo_target_count = n + 1;
+}
+
 /*
  * Tracking restarted at `lsn` (a record that changed what no block list can
  * say): no summary may answer for an earlier LSN.  The set keeps what it
@@ -1068,8 +1134,7 @@ void summaries_resume(Lsn start, Lsn covered)
 void summaries_after_restart(Lsn lsn)
 {
     summaries.set_start = Max(summaries.set_start, lsn);
-    if (summaries.redo_target <= summaries.set_start)
-        summaries.redo_target = 0;
+    drop_redo_targets_through(summaries.set_start);
     Lsn kept = 0;
     if (start_held_step(HeldStep::kRemoveAll, "change tracking restarted", 0, &kept))
         summaries_unheld(0, false);
@@ -1151,6 +1216,8 @@ bool perform_cut()
     /* Before anything changes: a record that cannot be read again must not leave the set half done. */
     if (summaries.cut_readd)
         reread_last_record();
+    /* Every record ending before `end` is applied: the walks' growth dated before it goes in, past what the WAL dated. */
+    growth_settle_pending(end, false);
     ChangeSet& set = *summaries.set;
     ChangeCursor* cursor = set.open_cursor();
     SummaryHeader written;
@@ -1200,8 +1267,9 @@ bool retry_pending_cut()
 /*
  * A checkpoint's redo LSN learnt (GetRedoRecPtr() before a batch, or the
  * CHECKPOINT_REDO record that starts at it): a backup may start there, so a
- * summary should end exactly there.  Ahead of the follower it becomes the
- * target cut_before_record() watches for; exactly where the follower stands
+ * summary should end exactly there.  Ahead of the follower it joins the
+ * targets cut_before_record() watches for (a queue: a follower behind the
+ * WAL may learn the next redo LSN before it reaches this one); exactly where the follower stands
  * it is cut now with the last record (which ends at it) moved to the new
  * set; behind, it was learnt too late: the cut at the next save (after the
  * checkpoint record) is the fallback, whose summary an answer for it takes
@@ -1212,6 +1280,13 @@ bool note_redo(Lsn redo)
     if (redo == 0 || redo <= summaries.set_start || redo == summaries.redo_seen)
         return false;
     summaries.redo_seen = redo;
+    /* The summary that would end at `redo` starts at the newest target before it, or at the set's start. */
+    Lsn since = summaries.set_start;
+    for (uint32_t i = 0; i < summaries.redo_target_count && summaries.redo_targets[i] <= redo; ++i) {
+        if (summaries.redo_targets[i] == redo)
+            return false; /* learnt already (GetRedoRecPtr(), then its CHECKPOINT_REDO record) */
+        since = summaries.redo_targets[i];
+    }
     /*
      * A storm of checkpoints (hundreds a second: CHECKPOINT in a loop) would
      * cost one fsync'd file each and leave the follower behind the WAL.  No
@@ -1224,11 +1299,11 @@ bool note_redo(Lsn redo)
      */
     const TimestampTz now = GetCurrentTimestamp();
     if (summaries.redo_noted_at != 0 && !TimestampDifferenceExceeds(summaries.redo_noted_at, now, kMinRedoCutMs) &&
-        redo - summaries.set_start < kMaxRedoLetGoWal)
+        redo - since < kMaxRedoLetGoWal)
         return false;
     summaries.redo_noted_at = now;
     if (redo > follower.next) {
-        summaries.redo_target = redo;
+        add_redo_target(redo);
         return false;
     }
     if (redo == follower.next && follower.next_is_record_end && summaries.last_start != 0 && summaries.cut_at == 0) {
@@ -1239,21 +1314,22 @@ bool note_redo(Lsn redo)
 }
 
 /*
- * Before applying a record ending at `end`: if it ends at or after the redo
- * target, the summary ends at the target, before it (the record ending
+ * Before applying a record ending at `end`: if it ends at or after the
+ * oldest redo target, the summary ends at the target, before it (the record ending
  * exactly at a cut belongs to the later summary).  True if a cut now waits
  * (the record is not applied yet).
  */
 bool cut_before_record(Lsn end)
 {
-    const Lsn target = summaries.redo_target;
-    if (target == 0 || end < target)
-        return false;
-    summaries.redo_target = 0;
-    if (follower.next >= target || target <= summaries.set_start)
-        return false;
-    schedule_cut(target, false, kSummaryEndsAtRedo);
-    return true;
+    while (summaries.redo_target_count > 0 && summaries.redo_targets[0] <= end) {
+        const Lsn target = summaries.redo_targets[0];
+        drop_redo_targets_through(target);
+        if (follower.next >= target || target <= summaries.set_start)
+            continue;
+        schedule_cut(target, false, kSummaryEndsAtRedo);
+        return true;
+    }
+    return false;
 }
 
 /*
@@ -1323,9 +1399,11 @@ bool cut_on_request()
         return false;
     if (summaries.cut_at != 0 && !perform_cut())
         return false;
+    const Lsn at = cut_point_now();
+    /* The growth walks found, whole where the follower has not applied the WAL up to its date. */
+    growth_settle_pending(at, true);
     if (summaries.set->empty() && summaries.set_start > follower.next)
         return true; /* the files hold everything applied already */
-    const Lsn at = cut_point_now();
     if (at == 0)
         return true; /* nothing applied is vouched for yet (a fresh set ahead of the follower) */
     schedule_cut(at, false, 0);
@@ -1545,6 +1623,15 @@ void sleep_until_woken()
     }
 }
 
+/* ptrack.wal_batch_delay (developer option): a pause after a batch, during which nothing is applied. */
+void batch_delay()
+{
+    const TimestampTz began = GetCurrentTimestamp();
+    while (wal_batch_delay_ms > 0 && !shutdown_requested &&
+           !TimestampDifferenceExceeds(began, GetCurrentTimestamp(), wal_batch_delay_ms))
+        sleep_until_woken();
+}
+
 /* After an ERROR while reading: tracking restarts where the slot can keep the WAL from now on. */
 void restart_after_read_error()
 {
@@ -1644,6 +1731,8 @@ void follow()
         follower.reading = true;
         const int applied = apply_available(1000);
         follower.reading = false;
+        if (applied > 0 && wal_batch_delay_ms > 0)
+            batch_delay();
         if (cut_wanted && follower.at_end && summaries.cut_at == 0) {
             /*
              * Caught up with the WAL written before the request, and the
@@ -1710,6 +1799,11 @@ void define_wal_follower_gucs()
                              "as before the change summaries; for benchmarks.",
                              &wal_legacy_map, false, PGC_POSTMASTER, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL,
                              NULL);
+    DefineCustomIntVariable("ptrack.wal_batch_delay",
+                            "Pause of the WAL follower after each batch of WAL it applied (developer option).",
+                            "Keeps the follower behind the WAL for tests; 0 (the default) in production.",
+                            &wal_batch_delay_ms, 0, 0, 60000, PGC_SIGHUP, GUC_UNIT_MS | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+                            NULL, NULL, NULL);
 }
 
 void remove_follower_slot(const char* why)
@@ -1912,8 +2006,9 @@ void wait_for_follower()
  * the follower writes what it holds in memory as a summary, publishes
  * summarized_lsn and then cut_done.  The walk dates the growth it found at
  * the WAL position read after it, later than what the follower had applied
- * then; the follower puts it in its set at once, so the next summary holds
- * it whatever its end.  This side does not rely on that alone: the target is
+ * then; the follower puts it in every cut ending after that date, and in
+ * the cut a backend asks for whatever its end (growth_settle_pending()).
+ * This side does not rely on that alone: the target is
  * the WAL position now (freshness_target(), flushed: not before the walk's
  * date), and a cut that ends at or before it is asked for once more when
  * the follower has applied that far, so that summarized_lsn is past every
