@@ -257,6 +257,9 @@ struct Summaries {
     bool refused;              /* an add of the current record answered kRefused */
     bool cut_soon;             /* an add answered kCutSoon */
     Lsn last_start;            /* start of the last record applied (ending at follower.next); 0: unknown */
+    Lsn last_end;              /* where that record ends (cut_at_last_record_end() checks it is follower.next) */
+    Lsn plain_start, plain_end; /* the last summary written ending at a record's end without kSummaryEndsAtRedo
+                                  (cut_readd); 0: none.  A redo LSN learnt there later marks it (note_redo()). */
     TimeLineID scan_tli;       /* while records before set_start are skipped because the startup scan's
                                   summaries hold them (summaries_continue_scan()): the timeline it read;
                                   0 otherwise (guard_scan_chain()) */
@@ -854,6 +857,8 @@ void restart_set(Lsn start)
     summaries.scan_tli = 0;
     summaries.redo_target_count = 0;
     summaries.last_start = 0;
+    summaries.last_end = 0;
+    summaries.plain_start = summaries.plain_end = 0;
     summaries.gap_count = 0;
     publish_summarized_start();
 }
@@ -1197,6 +1202,8 @@ void reread_last_record()
     follower.reading = false;
 }
 
+bool cut_at_last_record_end();
+
 /*
  * Writes the cut waiting in summaries.cut_at: the set as the summary
  * [set_start, cut_at), then an empty set from cut_at, the last record read
@@ -1212,6 +1219,12 @@ bool perform_cut()
     if (end <= summaries.set_start) {
         summaries.cut_at = 0; /* nothing to write: never scheduled so, but never an empty range */
         return true;
+    }
+    /* A cut just past the last record (a save's, a full set's): a summary ends at that record's end first. */
+    if (end == follower.next + 1 && !summaries.cut_readd && summaries.cut_flags == 0) {
+        if (!cut_at_last_record_end())
+            return false; /* that cut waits in cut_at; the caller asks for this one again */
+        schedule_cut(end, false, 0);
     }
     /* Before anything changes: a record that cannot be read again must not leave the set half done. */
     if (summaries.cut_readd)
@@ -1242,6 +1255,10 @@ bool perform_cut()
                             static_cast<unsigned long long>(written.block_count), written.database_count)));
     ++summaries.written;
     const bool readd = summaries.cut_readd;
+    if (readd && (summaries.cut_flags & kSummaryEndsAtRedo) == 0) {
+        summaries.plain_start = summaries.set_start;
+        summaries.plain_end = end;
+    }
     empty_set_from(end);
     if (readd) {
         /* The record ending at `end` belongs to the new summary (the map has it: the set only). */
@@ -1254,6 +1271,31 @@ bool perform_cut()
     if (summaries.refused)
         restart_summaries_after_overflow(); /* the record alone is larger than the whole budget */
     return true;
+}
+
+/*
+ * Ends a summary at follower.next, the end of the last record applied, which
+ * goes to the new set (read again): before a cut at follower.next + 1 (a
+ * save's, a backend's request, a full set), so that a checkpoint's redo LSN
+ * learnt after that cut, right at follower.next, still has a summary
+ * starting there.  A checkpoint begun just after the one whose record the
+ * follower has applied has its redo LSN exactly there (a backup's fast
+ * checkpoint requested during a spread one: t/003's full backup); the
+ * follower at the end of the WAL could save before that redo LSN was
+ * written, no summary started at it (note_redo() finds it below set_start),
+ * and the backup's answer took the whole summary before, back to the
+ * previous redo LSN (t/003: 140,103 pages of a load listed).  The cost: a
+ * small summary more per such cut (retention combines them).  True if the
+ * summary was written or none was needed; false if it could not be (it
+ * waits in cut_at).
+ */
+bool cut_at_last_record_end()
+{
+    if (summaries.set_start >= follower.next || !follower.next_is_record_end || follower.read_record_ending_at_next ||
+        summaries.last_start == 0 || summaries.last_end != follower.next)
+        return true; /* a summary starts there already, or the last record is not known: nothing to split */
+    schedule_cut(follower.next, true, 0);
+    return perform_cut();
 }
 
 /* The main loop's retry of a cut that could not be written, once its pause has passed. */
@@ -1277,8 +1319,23 @@ bool retry_pending_cut()
  */
 bool note_redo(Lsn redo)
 {
-    if (redo == 0 || redo <= summaries.set_start || redo == summaries.redo_seen)
+    if (redo == 0 || redo == summaries.redo_seen)
         return false;
+    if (redo <= summaries.set_start) {
+        /*
+         * Learnt after a cut past it.  At a record's end a summary may end
+         * already (cut_at_last_record_end()): marked as ending at a redo LSN,
+         * retention keeps that boundary, and a backup starting there gets
+         * none of the summary before.
+         */
+        if (redo == summaries.plain_end && !summaries_held()) {
+            if (!summary_mark_ends_at_redo(summaries.plain_start, summaries.plain_end))
+                ereport(DEBUG1, (errmsg("ptrack could not mark the summary ending at redo LSN %X/%X",
+                                        PTRACK_LSN_ARGS(redo))));
+            summaries.plain_start = summaries.plain_end = 0;
+        }
+        return false;
+    }
     summaries.redo_seen = redo;
     /* The summary that would end at `redo` starts at the newest target before it, or at the set's start. */
     Lsn since = summaries.set_start;
@@ -1399,6 +1456,9 @@ bool cut_on_request()
         return false;
     if (summaries.cut_at != 0 && !perform_cut())
         return false;
+    /* First, so that the growth taken whole below goes to the summary ending at `at`, which every answer takes. */
+    if (!cut_at_last_record_end())
+        return false;
     const Lsn at = cut_point_now();
     /* The growth walks found, whole where the follower has not applied the WAL up to its date. */
     growth_settle_pending(at, true);
@@ -1512,6 +1572,7 @@ int apply_available(int budget)
         follower.next = reader->EndRecPtr;
         follower.next_is_record_end = true;
         summaries.last_start = reader->ReadRecPtr;
+        summaries.last_end = reader->EndRecPtr;
         publish(&shared->follower.applied_lsn, follower.next);
         ++applied;
         cut_after_record();
