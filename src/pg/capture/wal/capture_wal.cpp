@@ -217,7 +217,11 @@ constexpr int kMaxSummaryMemoryMb = sizeof(size_t) >= 8 ? 1024 * 1024 : 1024;
  * new one at cut_at:
  *   - at follower.next + 1 (saves, requests, a full set): the last record
  *     applied ends at next, so [.., next + 1) holds it and no record ends
- *     inside; the map's covered LSN C goes with a chain ending at C + 1;
+ *     inside; the map's covered LSN C goes with a chain ending at C + 1.
+ *     Such a cut first cuts at next with that record read again
+ *     (cut_at_last_record_end()): a redo LSN learnt later exactly at next
+ *     finds a summary starting there, and marks the one ending there
+ *     (note_redo(), summary_mark_ends_at_redo());
  *   - at a redo LSN R before the first record ending at or after R is
  *     applied (nothing to move), or, when the follower stands exactly at R,
  *     at R with the last record (ending at R) read again into the new set
