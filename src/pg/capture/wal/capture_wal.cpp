@@ -264,6 +264,7 @@ struct Summaries {
     Lsn last_end;              /* where that record ends (cut_at_last_record_end() checks it is follower.next) */
     Lsn plain_start, plain_end; /* the last summary written ending at a record's end without kSummaryEndsAtRedo
                                   (cut_readd); 0: none.  A redo LSN learnt there later marks it (note_redo()). */
+    bool mark_plain;           /* that summary is to be marked (mark_plain_summary(), outside the reading) */
     TimeLineID scan_tli;       /* while records before set_start are skipped because the startup scan's
                                   summaries hold them (summaries_continue_scan()): the timeline it read;
                                   0 otherwise (guard_scan_chain()) */
@@ -863,6 +864,7 @@ void restart_set(Lsn start)
     summaries.last_start = 0;
     summaries.last_end = 0;
     summaries.plain_start = summaries.plain_end = 0;
+    summaries.mark_plain = false;
     summaries.gap_count = 0;
     publish_summarized_start();
 }
@@ -1259,7 +1261,7 @@ bool perform_cut()
                             static_cast<unsigned long long>(written.block_count), written.database_count)));
     ++summaries.written;
     const bool readd = summaries.cut_readd;
-    if (readd && (summaries.cut_flags & kSummaryEndsAtRedo) == 0) {
+    if (readd && (summaries.cut_flags & kSummaryEndsAtRedo) == 0 && !summaries.mark_plain) {
         summaries.plain_start = summaries.set_start;
         summaries.plain_end = end;
     }
@@ -1302,6 +1304,18 @@ bool cut_at_last_record_end()
     return perform_cut();
 }
 
+/* The marking note_redo() asked for, between batches (before retention could combine the boundary). */
+void mark_plain_summary()
+{
+    if (!summaries.mark_plain || summaries_held())
+        return;
+    summaries.mark_plain = false;
+    if (!summary_mark_ends_at_redo(summaries.plain_start, summaries.plain_end))
+        ereport(DEBUG1, (errmsg("ptrack could not mark the summary ending at redo LSN %X/%X as such",
+                                PTRACK_LSN_ARGS(summaries.plain_end))));
+    summaries.plain_start = summaries.plain_end = 0;
+}
+
 /* The main loop's retry of a cut that could not be written, once its pause has passed. */
 bool retry_pending_cut()
 {
@@ -1332,12 +1346,8 @@ bool note_redo(Lsn redo)
          * retention keeps that boundary, and a backup starting there gets
          * none of the summary before.
          */
-        if (redo == summaries.plain_end && !summaries_held()) {
-            if (!summary_mark_ends_at_redo(summaries.plain_start, summaries.plain_end))
-                ereport(DEBUG1, (errmsg("ptrack could not mark the summary ending at redo LSN %X/%X",
-                                        PTRACK_LSN_ARGS(redo))));
-            summaries.plain_start = summaries.plain_end = 0;
-        }
+        if (redo == summaries.plain_end)
+            summaries.mark_plain = true;
         return false;
     }
     summaries.redo_seen = redo;
@@ -1825,6 +1835,7 @@ void follow()
         if (follower.save_due && (follower.save_backoff_s == 0 || GetCurrentTimestamp() >= follower.save_retry_at) &&
             TimestampDifferenceExceeds(follower.saved_at, GetCurrentTimestamp(), kMinSaveIntervalMs))
             save_now();
+        mark_plain_summary();
         /* Expired and combinable summaries (a few files' work at most; nothing when nothing is new). */
         summary_retention_pass();
         if (applied == 0 && summaries.cut_at == 0)
