@@ -166,8 +166,14 @@ $redo3 //= redo_lsn();
 # The follower has applied the second checkpoint (it learnt the redo LSN before or at its first record).
 $node->poll_query_until('postgres', "SELECT follower_lsn = pg_current_wal_insert_lsn() FROM ptrack_status()")
   or die 'the follower did not catch up';
-@s = PtrackSummaries::summaries($node->data_dir);
-($at) = grep { $_->{end} == $redo3 } @s;
+# It marks the summary ending there between two batches, right after.
+for (1 .. 100)
+{
+	@s = PtrackSummaries::summaries($node->data_dir);
+	($at) = grep { $_->{end} == $redo3 } @s;
+	last if defined $at && ($at->{flags} & 1);
+	usleep(100_000);
+}
 ok(defined $at && ($at->{flags} & 1) && grep({ $_->{start} == $redo3 } @s),
 	'a summary ends at the redo LSN ' . lsn_text($redo3) . ' with the ends-at-redo flag, and one starts there '
 	  . '(have: ' . describe_summaries(@s) . ')');

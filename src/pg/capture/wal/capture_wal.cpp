@@ -264,7 +264,8 @@ struct Summaries {
     Lsn last_end;              /* where that record ends (cut_at_last_record_end() checks it is follower.next) */
     Lsn plain_start, plain_end; /* the last summary written ending at a record's end without kSummaryEndsAtRedo
                                   (cut_readd); 0: none.  A redo LSN learnt there later marks it (note_redo()). */
-    bool mark_plain;           /* that summary is to be marked (mark_plain_summary(), outside the reading) */
+    Lsn mark_start, mark_end;  /* such a summary a redo LSN was learnt at the end of, to be marked between
+                                  batches (mark_plain_summary()); 0: none */
     TimeLineID scan_tli;       /* while records before set_start are skipped because the startup scan's
                                   summaries hold them (summaries_continue_scan()): the timeline it read;
                                   0 otherwise (guard_scan_chain()) */
@@ -864,7 +865,7 @@ void restart_set(Lsn start)
     summaries.last_start = 0;
     summaries.last_end = 0;
     summaries.plain_start = summaries.plain_end = 0;
-    summaries.mark_plain = false;
+    summaries.mark_start = summaries.mark_end = 0;
     summaries.gap_count = 0;
     publish_summarized_start();
 }
@@ -1261,7 +1262,7 @@ bool perform_cut()
                             static_cast<unsigned long long>(written.block_count), written.database_count)));
     ++summaries.written;
     const bool readd = summaries.cut_readd;
-    if (readd && (summaries.cut_flags & kSummaryEndsAtRedo) == 0 && !summaries.mark_plain) {
+    if (readd && (summaries.cut_flags & kSummaryEndsAtRedo) == 0) {
         summaries.plain_start = summaries.set_start;
         summaries.plain_end = end;
     }
@@ -1307,13 +1308,12 @@ bool cut_at_last_record_end()
 /* The marking note_redo() asked for, between batches (before retention could combine the boundary). */
 void mark_plain_summary()
 {
-    if (!summaries.mark_plain || summaries_held())
+    if (summaries.mark_end == 0 || summaries_held())
         return;
-    summaries.mark_plain = false;
-    if (!summary_mark_ends_at_redo(summaries.plain_start, summaries.plain_end))
+    if (!summary_mark_ends_at_redo(summaries.mark_start, summaries.mark_end))
         ereport(DEBUG1, (errmsg("ptrack could not mark the summary ending at redo LSN %X/%X as such",
-                                PTRACK_LSN_ARGS(summaries.plain_end))));
-    summaries.plain_start = summaries.plain_end = 0;
+                                PTRACK_LSN_ARGS(summaries.mark_end))));
+    summaries.mark_start = summaries.mark_end = 0;
 }
 
 /* The main loop's retry of a cut that could not be written, once its pause has passed. */
@@ -1346,8 +1346,10 @@ bool note_redo(Lsn redo)
          * retention keeps that boundary, and a backup starting there gets
          * none of the summary before.
          */
-        if (redo == summaries.plain_end)
-            summaries.mark_plain = true;
+        if (redo == summaries.plain_end) {
+            summaries.mark_start = summaries.plain_start;
+            summaries.mark_end = summaries.plain_end;
+        }
         return false;
     }
     summaries.redo_seen = redo;
