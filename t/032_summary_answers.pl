@@ -262,12 +262,18 @@ foreach my $round ([ 'D', 200 ], [ 'E', 2800 ])
 @files = summaries();
 my $ld = lsn_to_int($L{D});
 my ($x) = grep { $_->{start} <= $ld && $ld < $_->{end} } @files;
+# L_D is where the follower stood at the call before: a cut just past a record first ends a
+# summary at its end (docs/design.md 9.1), so the file holding L_D may be that one-byte summary,
+# which a stray cannot start inside: the strays then go over the files after it (D is in the first).
+($x) = grep { $_->{start} == $x->{end} } @files if $x && $x->{end} - $x->{start} < 2;
 my ($y) = $x ? grep { $_->{start} == $x->{end} } @files : ();
-ok($x && $y, 'two files of the chain after L_D: ' . join(' ', map { $_->{name} } grep { defined } $x, $y))
+# The garbage stray ends inside the file after $x, or after $y when $y is such a one-byte summary.
+my ($z) = $y && $y->{end} - $y->{start} < 2 ? grep { $_->{start} == $y->{end} } @files : ($y);
+ok($x && $y && $z, 'two files of the chain after L_D: ' . join(' ', map { $_->{name} } grep { defined } $x, $y, $z))
   or BAIL_OUT('no chain after L_D');
 my $stray_start = $x->{start} + int(($x->{end} - $x->{start}) / 2);
 $log_offset = log_position($node);    # before the strays: retention may remove them at once
-my $garbage = summary_name($stray_start, $y->{start} + int(($y->{end} - $y->{start}) / 2));
+my $garbage = summary_name($stray_start, $z->{start} + int(($z->{end} - $z->{start}) / 2));
 {
 	open(my $fh, '>', "$sumdir/$garbage") or die "$garbage: $!";
 	print $fh 'PTRKSUMM' . ("\0" x 200);

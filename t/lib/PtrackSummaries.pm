@@ -32,7 +32,7 @@ use Exporter 'import';
 use PtrackCluster;
 
 our @EXPORT_OK = qw(summary_dir summaries chain_break describe_summaries lsn_text summary_temp_files
-  summary_name copy_summary_as);
+  summary_name copy_summary_as summary_fork_limits);
 
 =pod
 
@@ -80,6 +80,13 @@ recomputed): a file every
 check of the reader passes (this cluster, this server, CRCs, counts) that
 holds another range's changes.  Replaces a file of that name; returns the
 name.
+
+=item summary_fork_limits($pgdata, $name)
+
+The limits of the fork records of summary $name (include/ptrack/summary_file.h):
+a hashref "spc/db/relfilenode/fork" => first block of the limit, for the forks
+that have one.  Dies if the file cannot be read (it may have been combined
+since it was listed).
 
 =back
 
@@ -175,6 +182,48 @@ sub copy_summary_as
 	close $out or croak "close: $!";
 	rename("$dir/$name.planted", "$dir/$name") or croak "rename to $name: $!";
 	return $name;
+}
+
+sub _varint
+{
+	my ($data, $pos) = @_;
+	my ($v, $shift) = (0, 0);
+	while (1)
+	{
+		my $b = ord(substr($data, $$pos++, 1));
+		$v |= ($b & 0x7F) << $shift;
+		last unless $b & 0x80;
+		$shift += 7;
+	}
+	return $v;
+}
+
+sub summary_fork_limits
+{
+	my ($pgdata, $name) = @_;
+	my $path = summary_dir($pgdata) . "/$name";
+	open(my $fh, '<:raw', $path) or croak "open $path: $!";
+	local $/;
+	my $data = <$fh>;
+	close $fh;
+	my ($forks) = unpack('Q<', substr($data, 48, 8));
+	my ($pos, %limits) = (96);
+	for (1 .. $forks)
+	{
+		my ($spc, $db, $rfn, $fork, $limit) = unpack('L< L< L< C L<', substr($data, $pos, 17));
+		$pos += 17;
+		# Chunks: kind (0 ends the fork), chunk number, then offsets (1), runs (2) or a bitmap (3).
+		while ((my $kind = ord(substr($data, $pos++, 1))) != 0)
+		{
+			_varint($data, \$pos);
+			if ($kind == 1) { my $n = _varint($data, \$pos); _varint($data, \$pos) for 1 .. $n; }
+			elsif ($kind == 2) { my $n = _varint($data, \$pos); _varint($data, \$pos) for 1 .. 2 * $n; }
+			elsif ($kind == 3) { $pos += 8192; }
+			else { croak "$name: chunk kind $kind at byte $pos"; }
+		}
+		$limits{"$spc/$db/$rfn/$fork"} = $limit unless $limit == 0xFFFFFFFF;
+	}
+	return \%limits;
 }
 
 sub summary_temp_files

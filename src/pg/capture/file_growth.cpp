@@ -58,6 +58,15 @@ struct SizeEntry {
     SegmentKey key;
     uint32_t nblocks; /* blocks of the segment file as last seen */
     uint32_t seen_in; /* walk number that last saw the file */
+    /*
+     * Blocks the WAL dated (<= nblocks): each block below it was recorded
+     * by a record that named it or a later block of the segment, after the
+     * last truncation below it, or predates tracking (a baseline, a load).
+     * Raised by records only (growth_block_referenced()); lowered by
+     * truncations, drops and a walk that finds the file shorter.  A walk's
+     * growth below it needs no date of its own (growth_settle_pending()).
+     */
+    uint32_t dated;
 };
 
 /* The on-disk form of an entry. */
@@ -85,8 +94,9 @@ struct PendingGrowth {
     RelFork rel;
     uint32_t segno;
     uint32_t from; /* the segment's size in blocks before the growth */
+    uint32_t to;   /* its size the walk saw */
     Lsn lsn;       /* its date: the walk's LSN, or a later cut's */
-    bool recorded; /* in the recorder's current set */
+    bool recorded; /* in the recorder's current set; else waiting (growth_settle_pending()) */
 };
 GrowthRecorder recorder = nullptr;
 PendingGrowth* pending = nullptr; /* TopMemoryContext, grown by doubling */
@@ -129,6 +139,11 @@ void note_file(const RelationFile* file, void* arg)
     const uint32_t before = found ? entry->nblocks : 0;
     entry->nblocks = now;
     entry->seen_in = walk_number;
+    /* A baseline's blocks predate tracking; a shorter file lost blocks the WAL dated (its record may come later). */
+    if (walk->baseline)
+        entry->dated = now;
+    else if (!found || entry->dated > now)
+        entry->dated = found ? now : 0;
     if (walk->baseline || now <= before || file->unlogged)
         return;
     if (walk->count == walk->capacity) {
@@ -213,6 +228,7 @@ bool load_file(const char* name, Lsn covered, char* why, size_t why_len)
             const SegmentKey key = key_of(rel, r.segno);
             auto* entry = static_cast<SizeEntry*>(hash_search(sizes, &key, HASH_ENTER, NULL));
             entry->nblocks = r.nblocks;
+            entry->dated = r.nblocks; /* saved without the growth still waiting (growth_prepare_save()) */
             entry->seen_in = walk_number;
         }
     } else {
@@ -234,7 +250,7 @@ WalkState walk_files(bool baseline)
     return walk;
 }
 
-/* The growth of a walk dated `lsn`, given to the recorder and kept pending (file_growth.h). */
+/* The growth of a walk dated `lsn`, kept pending, waiting for the follower to pass `lsn` (file_growth.h). */
 void record_growth(const WalkState& walk, Lsn lsn)
 {
     if (recorder == nullptr)
@@ -249,9 +265,27 @@ void record_growth(const WalkState& walk, Lsn lsn)
             MemoryContextSwitchTo(old);
             pending_capacity = capacity;
         }
-        const BlockNumber first = g.segno * static_cast<BlockNumber>(RELSEG_SIZE) + g.from;
-        pending[pending_count++] = PendingGrowth{g.rel, g.segno, g.from, lsn, recorder(g.rel, first, lsn)};
+        pending[pending_count++] = PendingGrowth{g.rel, g.segno, g.from, g.to, lsn, false};
     }
+}
+
+/*
+ * Pending growth `p`, whose date the follower has passed, into the
+ * recorder's set from the first block the WAL did not date; false if the
+ * WAL dated all of it (nothing to keep).  Else p->recorded says whether the
+ * set took it.
+ */
+bool record_settled(PendingGrowth* p)
+{
+    const SegmentKey key = key_of(p->rel, p->segno);
+    const auto* entry = static_cast<const SizeEntry*>(hash_search(sizes, &key, HASH_FIND, NULL));
+    if (entry != nullptr && entry->dated > p->from)
+        p->from = Min(entry->dated, p->to);
+    if (p->from >= p->to)
+        return false;
+    const BlockNumber first = p->segno * static_cast<BlockNumber>(RELSEG_SIZE) + p->from;
+    p->recorded = recorder != nullptr && recorder(p->rel, first, p->lsn);
+    return true;
 }
 
 /* Marks the growth `walk` collected in `target` at `lsn` (see growth_walk()); frees it; returns the blocks marked. */
@@ -357,6 +391,25 @@ void growth_set_recorder(GrowthRecorder fn)
     pending_count = 0;
 }
 
+void growth_settle_pending(Lsn applied_before, bool whole)
+{
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < pending_count; ++i) {
+        PendingGrowth p = pending[i];
+        if (!p.recorded) {
+            if (p.lsn < applied_before) {
+                if (!record_settled(&p))
+                    continue; /* the WAL dated every block of it */
+            } else if (whole) {
+                const BlockNumber first = p.segno * static_cast<BlockNumber>(RELSEG_SIZE) + p.from;
+                p.recorded = recorder != nullptr && recorder(p.rel, first, p.lsn);
+            }
+        }
+        pending[kept++] = p;
+    }
+    pending_count = kept;
+}
+
 void growth_replay_pending(Lsn cut_end)
 {
     uint32_t kept = 0;
@@ -364,10 +417,14 @@ void growth_replay_pending(Lsn cut_end)
         PendingGrowth p = pending[i];
         if (p.recorded && p.lsn < cut_end)
             continue; /* the summary ending at cut_end holds it at its date */
-        if (!p.recorded && p.lsn < cut_end)
-            p.lsn = cut_end; /* in no summary: dated at the new set's start, later than it happened */
-        const BlockNumber first = p.segno * static_cast<BlockNumber>(RELSEG_SIZE) + p.from;
-        p.recorded = recorder != nullptr && recorder(p.rel, first, p.lsn);
+        if (p.recorded) {
+            p.recorded = false; /* recorded whole for a backend's cut: it waits for the follower again */
+        } else if (p.lsn < cut_end) {
+            /* The set refused it: in no summary, dated at the new set's start, later than it happened. */
+            p.lsn = cut_end;
+            if (!record_settled(&p))
+                continue;
+        }
         pending[kept++] = p;
     }
     pending_count = kept;
@@ -456,18 +513,21 @@ BlockNumber growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn l
         entry = static_cast<SizeEntry*>(hash_search(sizes, &key, HASH_ENTER, &found));
         if (!found) {
             entry->nblocks = 0;
+            entry->dated = 0;
             entry->seen_in = walk_number;
         }
         last_entry = entry;
     }
-    if (offset < entry->nblocks)
+    if (offset < entry->dated)
         return block;
+    /* The map's marks from the size last seen (a walk marked the rest); the set's from the size the WAL dated. */
     const BlockNumber first = segno * static_cast<BlockNumber>(RELSEG_SIZE);
-    const BlockNumber gap = first + entry->nblocks;
+    const BlockNumber gap = first + entry->dated;
     if (marks_map)
         for (uint32_t b = entry->nblocks; b < offset; ++b)
             capture_block_at(rel, first + b, lsn);
-    entry->nblocks = offset + 1;
+    entry->nblocks = Max(entry->nblocks, offset + 1);
+    entry->dated = offset + 1;
     return gap;
 }
 
@@ -482,6 +542,8 @@ void growth_truncated(const RelFork& rel, BlockNumber nblocks)
         const uint32_t keep = segno == first_segno ? nblocks % RELSEG_SIZE : 0;
         if (entry->nblocks > keep)
             entry->nblocks = keep;
+        if (entry->dated > keep)
+            entry->dated = keep;
     }
 }
 
@@ -490,8 +552,10 @@ void growth_database_replaced(uint32_t spc, uint32_t db)
     HASH_SEQ_STATUS status;
     hash_seq_init(&status, sizes);
     while (auto* entry = static_cast<SizeEntry*>(hash_seq_search(&status)))
-        if (entry->key.spc_oid == spc && entry->key.db_oid == db)
+        if (entry->key.spc_oid == spc && entry->key.db_oid == db) {
             entry->nblocks = 0;
+            entry->dated = 0;
+        }
 }
 
 bool growth_prepare_save(Lsn covered)

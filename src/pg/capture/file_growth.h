@@ -100,9 +100,11 @@ bool growth_prepare_hooks_save(Lsn covered, Lsn loaded_covered);
  * A WAL record ending at `lsn` references `block` of `rel`: the file had at
  * least block + 1 blocks before it, so blocks between the remembered size
  * and `block` were added before `lsn`: they are marked with it now (if the
- * map is marked: growth_set_marks_map()), and the
- * remembered size grows.  Returns the first block so marked (`block` if
- * none): the caller records [that, block) in its change set too.  This dates most extensions by the WAL (a new page
+ * map is marked: growth_set_marks_map()), and the remembered size grows.
+ * Returns the first block the WAL had not dated yet (`block` if none; below
+ * the remembered size when a walk saw them first): the caller records
+ * [that, block) in its change set, and they count as dated from now on
+ * (growth_settle_pending()).  This dates most extensions by the WAL (a new page
  * is WAL-logged when first used) instead of by the next walk, so a backup
  * started between an extension and that walk is not given those blocks.
  */
@@ -129,17 +131,36 @@ bool growth_save_before_recovery(Lsn redo);
  * The WAL follower's change set (docs/design.md section 9).  A walk dates
  * the growth it sees with the LSN read after it, P; that growth must end up
  * in a summary whose end is > P, and the follower cuts summaries at LSNs
- * it has applied, usually below P.  So each grown segment is given to
- * `recorder` (as "every block from the old size on", at P) and kept as
- * pending: after each cut at X, growth_replay_pending(X) forgets the
- * entries the summary just written holds at their date (recorded, P < X)
- * and gives the others to `recorder` again (an entry the recorder refused,
- * its set being full, is dated X then: later is always safe).  And a save
- * writes the sizes of pending segments as they were before that growth, so
- * that after a crash, when the in-memory set is lost, the next walk sees
- * the growth again.  The recorder returns false when it could not record.
- * Without a recorder (the hooks source) nothing is pending.  Unlogged
- * relations' files are never reported (they are not backed up).
+ * it has applied, usually below P.  So each grown segment is kept pending,
+ * waiting for the follower to apply the WAL up to P: most growth is named
+ * by that WAL (a new page is WAL-logged when first used), and a follower far
+ * behind (catching up after a load) would otherwise put a whole load's
+ * growth into every summary up to P, the one starting at a backup's redo
+ * LSN before P too.
+ *
+ *   - growth_settle_pending(X, whole), before a cut at X (every record
+ *     ending before X applied): each waiting entry with P < X goes to
+ *     `recorder` ("every block from N on", at P), N being the first block
+ *     the WAL did not date (SizeEntry::dated; an entry the WAL dated whole
+ *     is forgotten).  With `whole` (a backend's cut: its answer must hold
+ *     every growth found before), the others go too, from their old size;
+ *   - growth_replay_pending(X), after it: forgets the entries the summary
+ *     just written holds at their date (recorded, P < X); those recorded
+ *     whole for a backend wait again; one the recorder refused, its set
+ *     being full, is dated X and given to it again (later is always safe).
+ *
+ * Why the WAL's dates suffice for the blocks below `dated`: a record naming
+ * block b shows every block up to b existed before it, and a file shrinks
+ * only after its truncation or drop record (lowering `dated`) or is seen
+ * shorter by a walk (lowering it too); so an extension a walk saw before P,
+ * of a block below `dated` once every record up to P is applied, came
+ * before the record that raised `dated` past it, which recorded it.
+ *
+ * A save writes the sizes of pending segments as they were before that
+ * growth, so that after a crash, when the in-memory set is lost, the next
+ * walk sees the growth again.  The recorder returns false when it could not
+ * record.  Without a recorder (the hooks source) nothing is pending.
+ * Unlogged relations' files are never reported (they are not backed up).
  */
 using GrowthRecorder = bool (*)(const RelFork& rel, BlockNumber first, Lsn lsn);
 /*
@@ -150,6 +171,7 @@ using GrowthRecorder = bool (*)(const RelFork& rel, BlockNumber first, Lsn lsn);
  */
 void growth_set_marks_map(bool marks);
 void growth_set_recorder(GrowthRecorder recorder);
+void growth_settle_pending(Lsn applied_before, bool whole);
 void growth_replay_pending(Lsn cut_end);
 /* Pending growth entries (for the follower's log). */
 uint32_t growth_pending_count();

@@ -162,6 +162,16 @@ void define_summary_retention_gucs();
  */
 void summary_retention_pass();
 
+/*
+ * Rewrites the summary [start, end) with kSummaryEndsAtRedo set (same
+ * content, same name, same modification time), so that retention keeps the
+ * boundary at `end`: a checkpoint's redo LSN learnt after the summary was
+ * written (capture_wal.cpp, note_redo()).  By the WAL follower only.  False
+ * if the file is gone, damaged or could not be written (WARNING); the
+ * boundary may then be combined away later (extra blocks, never fewer).
+ */
+bool summary_mark_ends_at_redo(Lsn start, Lsn end);
+
 }  // namespace ptrack::pg
 
 #endif

@@ -473,4 +473,40 @@ void summary_retention_pass()
     MemoryContextReset(state.cxt);
 }
 
+bool summary_mark_ends_at_redo(Lsn start, Lsn end)
+{
+    RetentionFile f{start, end, 0, true, 0};
+    char path[MAXPGPATH];
+    path_of(f, path, sizeof(path));
+    struct stat st;
+    if (known_bad(start, end) || stat(path, &st) != 0)
+        return false; /* gone (combined, expired) or damaged: the boundary is lost, never an answer */
+    /* From here until unmap_inputs(), nothing raises an ERROR. */
+    if (!map_input(&f, 0)) {
+        unmap_inputs(1);
+        return false;
+    }
+    SummaryHeader& h = state.views[0].header;
+    if ((h.flags & kSummaryEndsAtRedo) != 0) {
+        unmap_inputs(1);
+        return true;
+    }
+    /* The same content under the same name (summary_write_durably(): .tmp, fsync, durable rename over it). */
+    state.cursors[0] = SummaryCursor(state.views[0]);
+    const bool written =
+        summary_write_durably(state.cursors[0], start, end, h.timeline, h.flags | kSummaryEndsAtRedo, nullptr);
+    unmap_inputs(1);
+    if (!written)
+        return false;
+    /* Its age stays what it was (expiry). */
+    struct timespec times[2];
+    times[0].tv_sec = 0;
+    times[0].tv_nsec = UTIME_OMIT;
+    times[1] = st.st_mtim;
+    if (utimensat(AT_FDCWD, path, times, 0) != 0 || fsync_fname_ext(path, false, false, DEBUG1) != 0)
+        warn_save_failed("its summaries", "set the modification time of", path);
+    ereport(DEBUG1, (errmsg("ptrack marked summary \"%s\" as ending at a checkpoint's redo LSN", path)));
+    return true;
+}
+
 }  // namespace ptrack::pg

@@ -156,6 +156,23 @@ constexpr int kMinRedoCutMs = 200;
 constexpr Lsn kMaxRedoLetGoWal = 1024 * 1024;
 
 /*
+ * Redo LSNs learnt ahead of the follower and not reached yet (on 15 only
+ * GetRedoRecPtr() tells them, and a follower behind the WAL may learn the
+ * next one before it reaches the last): each may be a backup's start.  When
+ * more are pending, the one whose loss joins the least WAL goes (never the
+ * newest): a backup starting there gets the blocks of one summary more,
+ * never fewer.
+ */
+constexpr uint32_t kMaxRedoTargets = 16;
+
+/*
+ * ptrack.wal_batch_delay (developer option, ms): the follower sleeps this
+ * long after each batch of WAL it applied, to stay behind the WAL while it
+ * polls (t/036_redo_targets.pl); 0 in production.
+ */
+int wal_batch_delay_ms = 0;
+
+/*
  * A save (after a checkpoint record) comes at most this often, in ms: a
  * storm of checkpoints (t/010 issues hundreds a second) would otherwise
  * cost a walk and a map flush each and leave the follower behind the WAL.
@@ -201,7 +218,11 @@ constexpr int kMaxSummaryMemoryMb = sizeof(size_t) >= 8 ? 1024 * 1024 : 1024;
  * new one at cut_at:
  *   - at follower.next + 1 (saves, requests, a full set): the last record
  *     applied ends at next, so [.., next + 1) holds it and no record ends
- *     inside; the map's covered LSN C goes with a chain ending at C + 1;
+ *     inside; the map's covered LSN C goes with a chain ending at C + 1.
+ *     Such a cut first cuts at next with that record read again
+ *     (cut_at_last_record_end()): a redo LSN learnt later exactly at next
+ *     finds a summary starting there, and marks the one ending there
+ *     (note_redo(), summary_mark_ends_at_redo());
  *   - at a redo LSN R before the first record ending at or after R is
  *     applied (nothing to move), or, when the follower stands exactly at R,
  *     at R with the last record (ending at R) read again into the new set
@@ -234,12 +255,18 @@ struct Summaries {
     Lsn cut_at;                /* a cut to write before anything else is applied; 0: none */
     bool cut_readd;            /* after that cut, read the last record again into the new set */
     uint32_t cut_flags;        /* header flags of that summary (kSummaryEndsAtRedo) */
-    Lsn redo_target;           /* a checkpoint's redo LSN still ahead of the follower; 0: none */
+    Lsn redo_targets[kMaxRedoTargets]; /* checkpoints' redo LSNs still ahead of the follower, ascending */
+    uint32_t redo_target_count;
     Lsn redo_seen;             /* the last redo LSN learnt (GetRedoRecPtr(), CHECKPOINT_REDO) */
     TimestampTz redo_noted_at; /* when a redo LSN last became a cut target (note_redo()) */
     bool refused;              /* an add of the current record answered kRefused */
     bool cut_soon;             /* an add answered kCutSoon */
     Lsn last_start;            /* start of the last record applied (ending at follower.next); 0: unknown */
+    Lsn last_end;              /* where that record ends (cut_at_last_record_end() checks it is follower.next) */
+    Lsn plain_start, plain_end; /* the last summary written ending at a record's end without kSummaryEndsAtRedo
+                                  (cut_readd); 0: none.  A redo LSN learnt there later marks it (note_redo()). */
+    Lsn mark_start, mark_end;  /* such a summary a redo LSN was learnt at the end of, to be marked between
+                                  batches (mark_plain_summary()); 0: none */
     TimeLineID scan_tli;       /* while records before set_start are skipped because the startup scan's
                                   summaries hold them (summaries_continue_scan()): the timeline it read;
                                   0 otherwise (guard_scan_chain()) */
@@ -859,8 +886,11 @@ void restart_set(Lsn start)
 {
     empty_set_from(start);
     summaries.scan_tli = 0;
-    summaries.redo_target = 0;
+    summaries.redo_target_count = 0;
     summaries.last_start = 0;
+    summaries.last_end = 0;
+    summaries.plain_start = summaries.plain_end = 0;
+    summaries.mark_start = summaries.mark_end = 0;
     summaries.gap_count = 0;
     publish_summarized_start();
 }
@@ -1085,6 +1115,54 @@ void summaries_resume(Lsn start, Lsn covered)
         summaries_unheld(kept, true);
 }
 
+/* Forgets the redo targets at or before `lsn` (passed, or no later than the set's start). */
+void drop_redo_targets_through(Lsn lsn)
+{
+    uint32_t n = 0;
+    while (n < summaries.redo_target_count && summaries.redo_targets[n] <= lsn)
+        ++n;
+    summaries.redo_target_count -= n;
+    memmove(summaries.redo_targets, summaries.redo_targets + n, summaries.redo_target_count * sizeof(Lsn));
+}
+
+/*
+ * Adds `redo` to the targets, in order (once).  Full: the target whose loss
+ * joins the two smallest summaries around it goes, never the newest (the
+ * likeliest backup start); a backup starting at the one lost takes both.
+ */
+void add_redo_target(Lsn redo)
+{
+    Lsn* t = summaries.redo_targets;
+    uint32_t n = summaries.redo_target_count;
+    uint32_t at = n;
+    while (at > 0 && t[at - 1] > redo)
+        --at;
+    if (at > 0 && t[at - 1] == redo)
+        return;
+    if (n == kMaxRedoTargets) {
+        /* Candidates: the kept ones and `redo`, in order; the newest of them always stays. */
+        Lsn all[kMaxRedoTargets + 1];
+        memcpy(all, t, at * sizeof(Lsn));
+        all[at] = redo;
+        memcpy(all + at + 1, t + at, (n - at) * sizeof(Lsn));
+        uint32_t drop = 0;
+        Lsn best = UINT64_MAX;
+        for (uint32_t i = 0; i < n; ++i) {
+            const Lsn before = i == 0 ? summaries.set_start : all[i - 1];
+            if (all[i + 1] - before < best) {
+                best = all[i + 1] - before;
+                drop = i;
+            }
+        }
+        memcpy(t, all, drop * sizeof(Lsn));
+        memcpy(t + drop, all + drop + 1, (n - drop) * sizeof(Lsn));
+        return;
+    }
+    memmove(t + at + 1, t + at, (n - at) * sizeof(Lsn));
+    t[at] = redo;
+    summaries.redo_target_count = n + 1;
+}
+
 /*
  * Tracking restarted at `lsn` (a record that changed what no block list can
  * say): no summary may answer for an earlier LSN.  The set keeps what it
@@ -1093,8 +1171,7 @@ void summaries_resume(Lsn start, Lsn covered)
 void summaries_after_restart(Lsn lsn)
 {
     summaries.set_start = Max(summaries.set_start, lsn);
-    if (summaries.redo_target <= summaries.set_start)
-        summaries.redo_target = 0;
+    drop_redo_targets_through(summaries.set_start);
     Lsn kept = 0;
     if (start_held_step(HeldStep::kRemoveAll, "change tracking restarted", 0, &kept))
         summaries_unheld(0, false);
@@ -1185,6 +1262,8 @@ void reread_last_record()
     follower.reading = false;
 }
 
+bool cut_at_last_record_end();
+
 /*
  * Writes the cut waiting in summaries.cut_at: the set as the summary
  * [set_start, cut_at), then an empty set from cut_at, the last record read
@@ -1201,9 +1280,17 @@ bool perform_cut()
         summaries.cut_at = 0; /* nothing to write: never scheduled so, but never an empty range */
         return true;
     }
+    /* A cut just past the last record (a save's, a full set's): a summary ends at that record's end first. */
+    if (end == follower.next + 1 && !summaries.cut_readd && summaries.cut_flags == 0) {
+        if (!cut_at_last_record_end())
+            return false; /* that cut waits in cut_at; the caller asks for this one again */
+        schedule_cut(end, false, 0);
+    }
     /* Before anything changes: a record that cannot be read again must not leave the set half done. */
     if (summaries.cut_readd)
         reread_last_record();
+    /* Every record ending before `end` is applied: the walks' growth dated before it goes in, past what the WAL dated. */
+    growth_settle_pending(end, false);
     ChangeSet& set = *summaries.set;
     ChangeCursor* cursor = set.open_cursor();
     SummaryHeader written;
@@ -1232,6 +1319,10 @@ bool perform_cut()
     ++summaries.written;
     clear_problem(shared->summary_write_error); /* after failures: written again */
     const bool readd = summaries.cut_readd;
+    if (readd && (summaries.cut_flags & kSummaryEndsAtRedo) == 0) {
+        summaries.plain_start = summaries.set_start;
+        summaries.plain_end = end;
+    }
     empty_set_from(end);
     if (readd) {
         /* The record ending at `end` belongs to the new summary (the map has it: the set only). */
@@ -1248,6 +1339,42 @@ bool perform_cut()
     return true;
 }
 
+/*
+ * Ends a summary at follower.next, the end of the last record applied, which
+ * goes to the new set (read again): before a cut at follower.next + 1 (a
+ * save's, a backend's request, a full set), so that a checkpoint's redo LSN
+ * learnt after that cut, right at follower.next, still has a summary
+ * starting there.  A checkpoint begun just after the one whose record the
+ * follower has applied has its redo LSN exactly there (a backup's fast
+ * checkpoint requested during a spread one: t/003's full backup); the
+ * follower at the end of the WAL could save before that redo LSN was
+ * written, no summary started at it (note_redo() finds it below set_start),
+ * and the backup's answer took the whole summary before, back to the
+ * previous redo LSN (t/003: 140,103 pages of a load listed).  The cost: a
+ * small summary more per such cut (retention combines them).  True if the
+ * summary was written or none was needed; false if it could not be (it
+ * waits in cut_at).
+ */
+bool cut_at_last_record_end()
+{
+    if (summaries.set_start >= follower.next || !follower.next_is_record_end || follower.read_record_ending_at_next ||
+        summaries.last_start == 0 || summaries.last_end != follower.next)
+        return true; /* a summary starts there already, or the last record is not known: nothing to split */
+    schedule_cut(follower.next, true, 0);
+    return perform_cut();
+}
+
+/* The marking note_redo() asked for, between batches (before retention could combine the boundary). */
+void mark_plain_summary()
+{
+    if (summaries.mark_end == 0 || summaries_held())
+        return;
+    if (!summary_mark_ends_at_redo(summaries.mark_start, summaries.mark_end))
+        ereport(DEBUG1, (errmsg("ptrack could not mark the summary ending at redo LSN %X/%X as such",
+                                PTRACK_LSN_ARGS(summaries.mark_end))));
+    summaries.mark_start = summaries.mark_end = 0;
+}
+
 /* The main loop's retry of a cut that could not be written, once its pause has passed. */
 bool retry_pending_cut()
 {
@@ -1259,8 +1386,9 @@ bool retry_pending_cut()
 /*
  * A checkpoint's redo LSN learnt (GetRedoRecPtr() before a batch, or the
  * CHECKPOINT_REDO record that starts at it): a backup may start there, so a
- * summary should end exactly there.  Ahead of the follower it becomes the
- * target cut_before_record() watches for; exactly where the follower stands
+ * summary should end exactly there.  Ahead of the follower it joins the
+ * targets cut_before_record() watches for (a queue: a follower behind the
+ * WAL may learn the next redo LSN before it reaches this one); exactly where the follower stands
  * it is cut now with the last record (which ends at it) moved to the new
  * set; behind, it was learnt too late: the cut at the next save (after the
  * checkpoint record) is the fallback, whose summary an answer for it takes
@@ -1268,9 +1396,29 @@ bool retry_pending_cut()
  */
 bool note_redo(Lsn redo)
 {
-    if (redo == 0 || redo <= summaries.set_start || redo == summaries.redo_seen)
+    if (redo == 0 || redo == summaries.redo_seen)
         return false;
+    if (redo <= summaries.set_start) {
+        /*
+         * Learnt after a cut past it.  At a record's end a summary may end
+         * already (cut_at_last_record_end()): marked as ending at a redo LSN,
+         * retention keeps that boundary, and a backup starting there gets
+         * none of the summary before.
+         */
+        if (redo == summaries.plain_end) {
+            summaries.mark_start = summaries.plain_start;
+            summaries.mark_end = summaries.plain_end;
+        }
+        return false;
+    }
     summaries.redo_seen = redo;
+    /* The summary that would end at `redo` starts at the newest target before it, or at the set's start. */
+    Lsn since = summaries.set_start;
+    for (uint32_t i = 0; i < summaries.redo_target_count && summaries.redo_targets[i] <= redo; ++i) {
+        if (summaries.redo_targets[i] == redo)
+            return false; /* learnt already (GetRedoRecPtr(), then its CHECKPOINT_REDO record) */
+        since = summaries.redo_targets[i];
+    }
     /*
      * A storm of checkpoints (hundreds a second: CHECKPOINT in a loop) would
      * cost one fsync'd file each and leave the follower behind the WAL.  No
@@ -1283,11 +1431,11 @@ bool note_redo(Lsn redo)
      */
     const TimestampTz now = GetCurrentTimestamp();
     if (summaries.redo_noted_at != 0 && !TimestampDifferenceExceeds(summaries.redo_noted_at, now, kMinRedoCutMs) &&
-        redo - summaries.set_start < kMaxRedoLetGoWal)
+        redo - since < kMaxRedoLetGoWal)
         return false;
     summaries.redo_noted_at = now;
     if (redo > follower.next) {
-        summaries.redo_target = redo;
+        add_redo_target(redo);
         return false;
     }
     if (redo == follower.next && follower.next_is_record_end && summaries.last_start != 0 && summaries.cut_at == 0) {
@@ -1298,21 +1446,22 @@ bool note_redo(Lsn redo)
 }
 
 /*
- * Before applying a record ending at `end`: if it ends at or after the redo
- * target, the summary ends at the target, before it (the record ending
+ * Before applying a record ending at `end`: if it ends at or after the
+ * oldest redo target, the summary ends at the target, before it (the record ending
  * exactly at a cut belongs to the later summary).  True if a cut now waits
  * (the record is not applied yet).
  */
 bool cut_before_record(Lsn end)
 {
-    const Lsn target = summaries.redo_target;
-    if (target == 0 || end < target)
-        return false;
-    summaries.redo_target = 0;
-    if (follower.next >= target || target <= summaries.set_start)
-        return false;
-    schedule_cut(target, false, kSummaryEndsAtRedo);
-    return true;
+    while (summaries.redo_target_count > 0 && summaries.redo_targets[0] <= end) {
+        const Lsn target = summaries.redo_targets[0];
+        drop_redo_targets_through(target);
+        if (follower.next >= target || target <= summaries.set_start)
+            continue;
+        schedule_cut(target, false, kSummaryEndsAtRedo);
+        return true;
+    }
+    return false;
 }
 
 /*
@@ -1382,9 +1531,14 @@ bool cut_on_request()
         return false;
     if (summaries.cut_at != 0 && !perform_cut())
         return false;
+    /* First, so that the growth taken whole below goes to the summary ending at `at`, which every answer takes. */
+    if (!cut_at_last_record_end())
+        return false;
+    const Lsn at = cut_point_now();
+    /* The growth walks found, whole where the follower has not applied the WAL up to its date. */
+    growth_settle_pending(at, true);
     if (summaries.set->empty() && summaries.set_start > follower.next)
         return true; /* the files hold everything applied already */
-    const Lsn at = cut_point_now();
     if (at == 0)
         return true; /* nothing applied is vouched for yet (a fresh set ahead of the follower) */
     schedule_cut(at, false, 0);
@@ -1493,6 +1647,7 @@ int apply_available(int budget)
         follower.next = reader->EndRecPtr;
         follower.next_is_record_end = true;
         summaries.last_start = reader->ReadRecPtr;
+        summaries.last_end = reader->EndRecPtr;
         publish(&shared->follower.applied_lsn, follower.next);
         ++applied;
         cut_after_record();
@@ -1614,6 +1769,15 @@ void sleep_until_woken()
     }
 }
 
+/* ptrack.wal_batch_delay (developer option): a pause after a batch, during which nothing is applied. */
+void batch_delay()
+{
+    const TimestampTz began = GetCurrentTimestamp();
+    while (wal_batch_delay_ms > 0 && !shutdown_requested &&
+           !TimestampDifferenceExceeds(began, GetCurrentTimestamp(), wal_batch_delay_ms))
+        sleep_until_woken();
+}
+
 /* After an ERROR while reading: tracking restarts where the slot can keep the WAL from now on. */
 void restart_after_read_error()
 {
@@ -1713,6 +1877,8 @@ void follow()
         follower.reading = true;
         const int applied = apply_available(1000);
         follower.reading = false;
+        if (applied > 0 && wal_batch_delay_ms > 0)
+            batch_delay();
         if (cut_wanted && follower.at_end && summaries.cut_at == 0) {
             /*
              * Caught up with the WAL written before the request, and the
@@ -1740,6 +1906,7 @@ void follow()
         if (follower.save_due && (follower.save_backoff_s == 0 || GetCurrentTimestamp() >= follower.save_retry_at) &&
             TimestampDifferenceExceeds(follower.saved_at, GetCurrentTimestamp(), kMinSaveIntervalMs))
             save_now();
+        mark_plain_summary();
         /* Expired and combinable summaries (a few files' work at most; nothing when nothing is new). */
         summary_retention_pass();
         if (applied == 0 && summaries.cut_at == 0)
@@ -1779,6 +1946,11 @@ void define_wal_follower_gucs()
                              "as before the change summaries; for benchmarks.",
                              &wal_legacy_map, false, PGC_POSTMASTER, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL,
                              NULL);
+    DefineCustomIntVariable("ptrack.wal_batch_delay",
+                            "Pause of the WAL follower after each batch of WAL it applied (developer option).",
+                            "Keeps the follower behind the WAL for tests; 0 (the default) in production.",
+                            &wal_batch_delay_ms, 0, 0, 60000, PGC_SIGHUP, GUC_UNIT_MS | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+                            NULL, NULL, NULL);
 }
 
 void remove_follower_slot(const char* why)
@@ -2013,8 +2185,9 @@ void wait_for_follower()
  * the follower writes what it holds in memory as a summary, publishes
  * summarized_lsn and then cut_done.  The walk dates the growth it found at
  * the WAL position read after it, later than what the follower had applied
- * then; the follower puts it in its set at once, so the next summary holds
- * it whatever its end.  This side does not rely on that alone: the target is
+ * then; the follower puts it in every cut ending after that date, and in
+ * the cut a backend asks for whatever its end (growth_settle_pending()).
+ * This side does not rely on that alone: the target is
  * the WAL position now (freshness_target(), flushed: not before the walk's
  * date), and a cut that ends at or before it is asked for once more when
  * the follower has applied that far, so that summarized_lsn is past every
