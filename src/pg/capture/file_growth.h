@@ -41,6 +41,7 @@
 
 #include "ptrack/map.h"
 #include "ptrack/relfork.h"
+#include "ptrack/relpath.h"
 #include "core/shared_state.h"
 
 namespace ptrack::pg {
@@ -68,6 +69,19 @@ bool growth_load(Lsn covered, char* why = nullptr, size_t why_len = 0);
  * the marks carry.
  */
 Lsn growth_walk(bool baseline, Lsn skip_marked_since = 0);
+
+/*
+ * The WAL follower's watched walk (growth_watch.h): as growth_walk(false),
+ * but looks only at the `count` segment files `segments` (one that no
+ * longer exists is forgotten, as a full walk forgets a file it does not
+ * find) and at every relation file of the `dir_count` directories `dirs`;
+ * every other file keeps its remembered size.  Returns the LSN read after
+ * the stat()s, which dates the growth found (recorded and pending as with
+ * growth_walk()).
+ */
+Lsn growth_walk_some(const RelSegment* segments, uint32_t count, const char* const* dirs, uint32_t dir_count);
+/* Relation segment files the table remembers (bounds the watch's set of changed files). */
+uint32_t growth_known_files();
 
 /*
  * The hooks source, in the postmaster before recovery from a crash
