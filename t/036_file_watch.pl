@@ -2,7 +2,7 @@
 #
 # 036_file_watch.pl -- wal capture: a call stat()s only the relation files
 # changed since the previous walk (the follower's inotify watch,
-# src/pg/capture/growth_watch.h), and still lists every block a file gained
+# src/pg/capture/wal/growth_watch.h), and still lists every block a file gained
 # without WAL (docs/design.md section 7.1, "Extension without WAL").
 #
 # Growth "without WAL" is made by the test itself: it extends relation files
@@ -197,25 +197,35 @@ listed_by_watch_ok('write, truncate, fallocate', $L, $baseline, $before, grown =
 # 2. A database and a tablespace created after the follower started
 # ---------------------------------------------------------------------------
 
-# A database and a tablespace with a table each (and one table in both)
-# are created after a checkpoint's save walked every file; then L, at a
-# summary's start with no walk in between: a spread checkpoint (the
-# backup's pg_backup_start(fast => false)) fixes its redo LSN, where the
-# follower cuts, and writes the buffers a ballast table dirtied 100 ms
-# apart (CheckpointWriteDelay()), so its record, and the follower's save
-# after it (a full walk, which would find the growth too), come seconds
-# later.  Then the files grow, then the call: no walk has seen the new
-# directories before the call's, which must watch them, then stat() their
-# files.  STRATEGY = WAL_LOG (15's default too) makes no checkpoint.
+# Two databases and two tablespaces, each with a table (and one table in
+# both), created after a checkpoint's save walked every file; a call's walk
+# in between the two sets; then L, at a summary's start with no walk in
+# between: a spread checkpoint (the backup's pg_backup_start(fast =>
+# false)) fixes its redo LSN, where the follower cuts, and writes the
+# buffers a ballast table dirtied 100 ms apart (CheckpointWriteDelay()), so
+# its record, and the follower's save after it (a full walk, which would
+# find the growth too), come seconds later.  Then the files grow, then the
+# call.  The first set's growth is seen only if the walk between the sets
+# watched the new directories (their events); the second set's only if the
+# call's walk watches the new directories and stat()s their files (the
+# creation records name them too: SMGR_CREATE lowers their sizes).
+# STRATEGY = WAL_LOG (15's default too) makes no checkpoint.
 my $tsdir = PostgreSQL::Test::Utils::tempdir_short();
+my $tsdir2 = PostgreSQL::Test::Utils::tempdir_short();
 make_table('postgres', 'ballast', 500);
 my (undef, undef, $walks0) = start_at_checkpoint();
 $node->safe_psql('postgres', 'CREATE DATABASE watchdb STRATEGY = WAL_LOG');
 $node->safe_psql('postgres', "CREATE TABLESPACE watch_ts LOCATION '$tsdir'");
 my %new_file = (
-	in_db => make_table('watchdb', 'in_db', 20),
-	in_ts => make_table('postgres', 'in_ts', 20, 'watch_ts'),
-	in_db_ts => make_table('watchdb', 'in_db_ts', 20, 'watch_ts'));
+	'1 in_db' => make_table('watchdb', 'in_db', 20),
+	'1 in_ts' => make_table('postgres', 'in_ts', 20, 'watch_ts'),
+	'1 in_db_ts' => make_table('watchdb', 'in_db_ts', 20, 'watch_ts'));
+init_lsn($node);    # a walk: the first set's directories are watched from now on
+$node->safe_psql('postgres', 'CREATE DATABASE watchdb2 STRATEGY = WAL_LOG');
+$node->safe_psql('postgres', "CREATE TABLESPACE watch_ts2 LOCATION '$tsdir2'");
+$new_file{'2 in_db'} = make_table('watchdb2', 'in_db', 20);
+$new_file{'2 in_ts'} = make_table('postgres', 'in_ts2', 20, 'watch_ts2');
+$new_file{'2 in_db_ts'} = make_table('watchdb2', 'in_db_ts', 20, 'watch_ts2');
 $node->safe_psql('postgres', 'UPDATE ballast SET id = id + 1');    # dirty buffers, written 100 ms apart
 Time::HiRes::sleep(0.3);    # a redo LSN within 200 ms of the previous one may not be cut at
 my ($bout, $berr) = ('', '');
@@ -225,9 +235,12 @@ my $checkpointing = "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_typ
 $node->poll_query_until('postgres', $checkpointing) or die 'the spread checkpoint did not start';
 $L = $node->lsn('insert');
 $baseline = block_counts($pgdata);
-grow($new_file{in_db}, 4, 'write');
-grow($new_file{in_ts}, 4, 'truncate');
-grow($new_file{in_db_ts}, 4, 'fallocate');
+for my $set (1, 2)
+{
+	grow($new_file{"$set in_db"}, 4, 'write');
+	grow($new_file{"$set in_ts"}, 4, 'truncate');
+	grow($new_file{"$set in_db_ts"}, 4, 'fallocate');
+}
 my $rows = $node->safe_psql('postgres',
 	"SELECT path || '|' || encode(pagemap, 'hex') FROM ptrack_get_pagemapset('$L'::pg_lsn)");
 is($node->safe_psql('postgres', $checkpointing), 't', '2: the checkpoint at L was still running after the call');

@@ -109,7 +109,7 @@ extern "C" {
 #include "capture/wal/map_migration.h"
 #include "capture/wal/wal_load.h"
 #include "capture/file_growth.h"
-#include "capture/growth_watch.h"
+#include "capture/wal/growth_watch.h"
 #include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
 #include "persist/summary_io.h"

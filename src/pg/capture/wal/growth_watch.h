@@ -89,8 +89,8 @@
  * pg_stat_activity row (query), e.g. "file watch: on, 7 directories;
  * walks: 12 watched, 3 full (last full: a save)".
  */
-#ifndef PTRACK_PG_GROWTH_WATCH_H
-#define PTRACK_PG_GROWTH_WATCH_H
+#ifndef PTRACK_PG_CAPTURE_WAL_GROWTH_WATCH_H
+#define PTRACK_PG_CAPTURE_WAL_GROWTH_WATCH_H
 
 #include "ptrack/relfork.h"
 

@@ -32,7 +32,7 @@ extern "C" {
 
 #include "core/boundary.h"
 #include "capture/file_growth.h"
-#include "capture/growth_watch.h"
+#include "capture/wal/growth_watch.h"
 #include "compat/compat.h"
 #include "ptrack/relpath.h"
 
