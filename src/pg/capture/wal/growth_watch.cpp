@@ -198,6 +198,7 @@ bool set_up()
     watch.state = State::kOn;
     watch.full_needed = true;
     watch.rescan_needed = true;
+    watch.last_full_reason = "the watch was just set up";
     return true;
 }
 
@@ -509,8 +510,9 @@ Lsn watch_full_walk(bool baseline, const char* why)
 Lsn watch_walk_for_call()
 {
     check_interrupted();
-    if (!set_up() || watch.full_needed)
-        return watch_full_walk(false, watch.state == State::kOn ? watch.last_full_reason : "the watch is not on");
+    const bool on = set_up();
+    if (!on || watch.full_needed)
+        return watch_full_walk(false, on ? watch.last_full_reason : "the watch is not on");
     watch_drain();
     if (watch.state == State::kOn && watch.rescan_needed)
         rescan();
