@@ -20,6 +20,9 @@
  *     two walks shows its regrowth;
  *   - a walk runs before every map save and before every answer of
  *     ptrack_get_pagemapset() (requested by the backend, wait_for_follower());
+ *     the WAL follower's walk for an answer looks only at the files changed
+ *     since the previous walk when its file watch vouches for the others
+ *     (wal/growth_watch.h, growth_walk_some());
  *   - the sizes are saved with the map (ptrack.sizes), with the covered LSN
  *     of that save, so that after a restart the follower resumes with the
  *     sizes the saved marks were made from.  Saving writes ptrack.sizes.new
