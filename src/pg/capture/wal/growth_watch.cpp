@@ -141,7 +141,7 @@ void clear_table(HTAB* table)
 void report_status()
 {
     char text[256];
-    const char* state = watch.state == State::kOn          ? "on"
+    const char* state = watch.state == State::kOn            ? "on"
                         : watch.state == State::kOff         ? "off (ptrack.wal_file_watch)"
                         : watch.state == State::kUnavailable ? "unavailable (inotify could not be set up)"
                                                              : "not set up yet";
@@ -180,7 +180,8 @@ bool set_up()
     if (watch.state == State::kOn)
         return true;
     if (!AcquireExternalFD()) {
-        need_full(kCannotSetUp, "inotify cannot be set up", "No file descriptor is left for it (max_files_per_process).");
+        need_full(kCannotSetUp, "inotify cannot be set up",
+                  "No file descriptor is left for it (max_files_per_process).");
         watch.state = State::kUnavailable;
         return false;
     }
@@ -562,8 +563,7 @@ void define_growth_watch_guc()
                              "On: a call stat()s only the relation files changed since the previous walk "
                              "(Linux inotify). Off: every call walks every relation file, and relation writes "
                              "queue no events; for tests and benchmarks.",
-                             &watch_enabled, true, PGC_SIGHUP, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL,
-                             NULL);
+                             &watch_enabled, true, PGC_SIGHUP, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
 }
 
 }  // namespace ptrack::pg
