@@ -17,12 +17,20 @@
 # (/proc/PID/stat).  The answer sources are the values of the developer GUC
 # ptrack.wal_answer_source (summaries: from the summary files; map: from
 # the shared map); a source the build does not know is skipped.  Medians.
+# Per answer source, each value of --watch: the developer GUC
+# ptrack.wal_file_watch (off: every call walks every relation file; on: the
+# follower's inotify watch, a call stat()s only the files changed since the
+# previous walk; src/pg/capture/wal/growth_watch.h), switched by ALTER
+# SYSTEM and a reload in the same server; the follower's pg_stat_activity
+# row shows the walks ("walks: N watched, M full"), reported per run.
 #
 # Usage: bench/call_cost_files.sh [options]
 #   --relations LIST  table counts, comma-separated (default 5000,25000:
 #                     about 20,000 and 100,000 files)
 #   --calls N         calls of each function per source (default 7)
 #   --sources LIST    answer sources (default summaries,map; "default": no SET)
+#   --watch LIST      values of ptrack.wal_file_watch (default "default": not
+#                     set; e.g. off,on; a build without the GUC: skipped)
 #   --port N          port of the server's socket (default 56109)
 #   --keep            keep the temp dir (cluster, logs)
 #   --prefix DIR      PostgreSQL prefix (default: PG_PREFIX, else
@@ -36,6 +44,7 @@ cmdline="$0 $*"
 relations=5000,25000
 calls=7
 sources=summaries,map
+watches=default
 port=56109
 keep=0
 prefix=${PG_PREFIX:-}
@@ -44,6 +53,7 @@ while [ $# -gt 0 ]; do
         --relations) relations=${2:?}; shift ;;
         --calls) calls=${2:?}; shift ;;
         --sources) sources=${2:?}; shift ;;
+        --watch) watches=${2:?}; shift ;;
         *) common_option "$@" && shift ;;
     esac
     shift
@@ -76,8 +86,24 @@ report_load
 report_postgres
 echo "code:       $(tree_rev)"
 echo
-echo "| tables | files | source | rows listed | ptrack_init_lsn() ms | ptrack_get_pagemapset(L) ms | follower CPU per pagemapset call, ms |"
-echo "|---:|---:|---|---:|---:|---:|---:|"
+echo "| tables | files | source | file watch | rows listed | ptrack_init_lsn() ms | ptrack_get_pagemapset(L) ms | follower CPU per pagemapset call, ms | follower's walks after the run |"
+echo "|---:|---:|---|---|---:|---:|---:|---:|---|"
+
+# follower_walks: the walks the follower reports in its pg_stat_activity row ("" if it reports none).
+follower_walks() {
+    psql_q "SELECT query FROM pg_stat_activity WHERE backend_type = 'ptrack WAL follower'" |
+        sed -n 's/.*ptrack file watch: \([^,]*\),.*walks: \(.*\)$/\1; \2/p'
+}
+
+# set_watch VALUE: ptrack.wal_file_watch = VALUE ("default": RESET) and a reload; false if the GUC is unknown.
+set_watch() {
+    local stmt="ALTER SYSTEM SET ptrack.wal_file_watch = '$1'"
+    [ "$1" = default ] && stmt="ALTER SYSTEM RESET ptrack.wal_file_watch"
+    psql_q "$stmt" "SELECT pg_reload_conf()" >/dev/null 2>&1 || return 1
+    sleep 0.5
+    # Two calls: the first after switching on is a full walk (it arms the watch).
+    psql_q "SELECT ptrack_init_lsn()" "SELECT ptrack_init_lsn()" >/dev/null
+}
 
 dd=$work/data
 server_initdb "$dd" "$work/initdb.log"
@@ -96,6 +122,7 @@ psql_q "CREATE EXTENSION ptrack" >/dev/null
 made=0
 IFS=, read -r -a counts <<<"$relations"
 IFS=, read -r -a srcs <<<"$sources"
+IFS=, read -r -a watch_values <<<"$watches"
 for n in "${counts[@]}"; do
     is_int "$n" || die "--relations takes integers"
     create_small_tables $((made + 1)) "$n"
@@ -107,24 +134,30 @@ for n in "${counts[@]}"; do
               EXECUTE format('UPDATE w_%s SET v = v + 1', i);
             END LOOP; END \$\$" >/dev/null
     for src in "${srcs[@]}"; do
-        set_src="SET ptrack.wal_answer_source = '$src'"
-        [ "$src" = default ] && set_src="SELECT 'the build''s default answer source'"
-        if ! psql_q "$set_src" >/dev/null 2>&1; then
-            echo "| $n | $files | $src | (this build has no such answer source) | | | |"
-            continue
-        fi
-        rows=$(psql_q "$set_src" "SELECT count(*) FROM ptrack_get_pagemapset('$lsn')" | tail -n 1)
-        q_init=() q_map=()
-        for ((i = 0; i < calls; i++)); do
-            q_init+=("SELECT ptrack_init_lsn()")
-            q_map+=("SELECT count(*) FROM ptrack_get_pagemapset('$lsn')")
+        for watch in "${watch_values[@]}"; do
+            set_src="SET ptrack.wal_answer_source = '$src'"
+            [ "$src" = default ] && set_src="SELECT 'the build''s default answer source'"
+            if ! psql_q "$set_src" >/dev/null 2>&1; then
+                echo "| $n | $files | $src | $watch | (this build has no such answer source) | | | | |"
+                continue
+            fi
+            if ! set_watch "$watch"; then
+                echo "| $n | $files | $src | $watch | (this build has no ptrack.wal_file_watch) | | | | |"
+                continue
+            fi
+            rows=$(psql_q "$set_src" "SELECT count(*) FROM ptrack_get_pagemapset('$lsn')" | tail -n 1)
+            q_init=() q_map=()
+            for ((i = 0; i < calls; i++)); do
+                q_init+=("SELECT ptrack_init_lsn()")
+                q_map+=("SELECT count(*) FROM ptrack_get_pagemapset('$lsn')")
+            done
+            init=$(timed "$set_src" "${q_init[@]}" | median)
+            c0=$(follower_cpu_ms)
+            mapset=$(timed "$set_src" "${q_map[@]}" | median)
+            c1=$(follower_cpu_ms)
+            cpu=$(awk -v a="$c0" -v b="$c1" -v c="$calls" 'BEGIN { printf "%.1f", (b - a) / c }')
+            echo "| $n | $files | $src | $watch | $rows | $init | $mapset | $cpu | $(follower_walks) |"
         done
-        init=$(timed "$set_src" "${q_init[@]}" | median)
-        c0=$(follower_cpu_ms)
-        mapset=$(timed "$set_src" "${q_map[@]}" | median)
-        c1=$(follower_cpu_ms)
-        cpu=$(awk -v a="$c0" -v b="$c1" -v c="$calls" 'BEGIN { printf "%.1f", (b - a) / c }')
-        echo "| $n | $files | $src | $rows | $init | $mapset | $cpu |"
     done
 done
 server_stop "$dd"

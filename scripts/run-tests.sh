@@ -77,7 +77,8 @@ repo=$(pwd)
 # control file and checkpoints, backups restored by the server) or that prove
 # the stock path (020) and the pg_probackup chain (023), the record kinds that
 # differ by version (030), the summaries' retention (033: cheap, and the
-# brief of issue 21 asks for it on every version) and failures (034: 15 s),
+# brief of issue 21 asks for it on every version), failures (034) and the
+# file watch (039: the kernel events of the version's own writes),
 # plus the cheap ones.
 # About half of the suite's time (measured: 304 of 619 s on 15, wal).  Left
 # out: 012-014, 017-019, 022, 024-026 (their logic is version-independent
@@ -88,7 +89,7 @@ CORE_TESTS=(
 	t/016_bypass_writes.pl t/020_wal_capture.pl t/021_wal_limits.pl
 	t/023_backup_role.pl t/027_hostile_schema.pl t/028_disk_full.pl
 	t/029_startup_leftovers.pl t/030_record_kinds.pl
-	t/033_summary_retention.pl t/034_summary_failures.pl
+	t/033_summary_retention.pl t/034_summary_failures.pl t/039_file_watch.pl
 )
 
 versions=all

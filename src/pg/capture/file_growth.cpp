@@ -239,6 +239,48 @@ bool load_file(const char* name, Lsn covered, char* why, size_t why_len)
     return problem == nullptr;
 }
 
+/*
+ * One segment file of a watched walk (growth_walk_some()): note_file() as a
+ * full walk would call it, or, if the file is gone, its entry forgotten as
+ * forget_unseen() forgets a file a full walk does not find.
+ */
+void look_at_segment(const RelSegment& segment, WalkState* walk)
+{
+    char path[MAXPGPATH];
+    relation_path(segment.rel, path);
+    if (segment.segno > 0) {
+        const size_t len = strlen(path);
+        snprintf(path + len, sizeof(path) - len, ".%u", segment.segno);
+    }
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        if (errno != ENOENT)
+            ereport(ERROR, (errcode_for_file_access(), errmsg("could not stat file \"%s\": %m", path)));
+        const SegmentKey key = key_of(segment.rel, segment.segno);
+        last_entry = nullptr;
+        (void) hash_search(sizes, &key, HASH_REMOVE, NULL);
+        return;
+    }
+    if (!S_ISREG(st.st_mode))
+        return;
+    RelationFile file;
+    file.path = path;
+    file.segment = segment;
+    file.segment.temp = false;
+    file.size_bytes = static_cast<uint64_t>(st.st_size);
+    /* Unlogged: an init fork next to it (datadir_walk.cpp's rule), looked up for this file alone. */
+    file.unlogged = false;
+    if (segment.rel.fork != kInitFork) {
+        RelFork init = segment.rel;
+        init.fork = kInitFork;
+        char init_path[MAXPGPATH];
+        relation_path(init, init_path);
+        struct stat init_st;
+        file.unlogged = stat(init_path, &init_st) == 0;
+    }
+    note_file(&file, walk);
+}
+
 /* One stat() per relation file: updates the table, and collects growth unless `baseline`. */
 WalkState walk_files(bool baseline)
 {
@@ -378,6 +420,34 @@ Lsn growth_walk(bool baseline, Lsn skip_marked_since)
     else
         pfree(walk.growth);
     return lsn;
+}
+
+/*
+ * The watched walk (growth_watch.h): note_file() for the named segment files
+ * and the files of `dirs` only; the LSN read and the growth's fate exactly
+ * as in growth_walk().
+ */
+Lsn growth_walk_some(const RelSegment* segments, uint32_t count, const char* const* dirs, uint32_t dir_count)
+{
+    WalkState walk{false, nullptr, 0, 64};
+    walk.growth = static_cast<Growth*>(palloc(walk.capacity * sizeof(Growth)));
+    for (uint32_t i = 0; i < count; ++i)
+        look_at_segment(segments[i], &walk);
+    for (uint32_t i = 0; i < dir_count; ++i)
+        (void) walk_relation_dir(dirs[i], note_file, &walk);
+    const Lsn lsn = RecoveryInProgress() ? Max(GetXLogReplayRecPtr(NULL), GetXLogInsertRecPtr())
+                                         : GetXLogInsertRecPtr();
+    record_growth(walk, lsn);
+    if (marks_map)
+        (void) mark_growth(walk, &map, lsn, 0);
+    else
+        pfree(walk.growth);
+    return lsn;
+}
+
+uint32_t growth_known_files()
+{
+    return sizes == nullptr ? 0 : static_cast<uint32_t>(hash_get_num_entries(sizes));
 }
 
 void growth_set_marks_map(bool marks)

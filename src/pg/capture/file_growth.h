@@ -20,6 +20,9 @@
  *     two walks shows its regrowth;
  *   - a walk runs before every map save and before every answer of
  *     ptrack_get_pagemapset() (requested by the backend, wait_for_follower());
+ *     the WAL follower's walk for an answer looks only at the files changed
+ *     since the previous walk when its file watch vouches for the others
+ *     (wal/growth_watch.h, growth_walk_some());
  *   - the sizes are saved with the map (ptrack.sizes), with the covered LSN
  *     of that save, so that after a restart the follower resumes with the
  *     sizes the saved marks were made from.  Saving writes ptrack.sizes.new
@@ -41,6 +44,7 @@
 
 #include "ptrack/map.h"
 #include "ptrack/relfork.h"
+#include "ptrack/relpath.h"
 #include "core/shared_state.h"
 
 namespace ptrack::pg {
@@ -68,6 +72,19 @@ bool growth_load(Lsn covered, char* why = nullptr, size_t why_len = 0);
  * the marks carry.
  */
 Lsn growth_walk(bool baseline, Lsn skip_marked_since = 0);
+
+/*
+ * The WAL follower's watched walk (growth_watch.h): as growth_walk(false),
+ * but looks only at the `count` segment files `segments` (one that no
+ * longer exists is forgotten, as a full walk forgets a file it does not
+ * find) and at every relation file of the `dir_count` directories `dirs`;
+ * every other file keeps its remembered size.  Returns the LSN read after
+ * the stat()s, which dates the growth found (recorded and pending as with
+ * growth_walk()).
+ */
+Lsn growth_walk_some(const RelSegment* segments, uint32_t count, const char* const* dirs, uint32_t dir_count);
+/* Relation segment files the table remembers (bounds the watch's set of changed files). */
+uint32_t growth_known_files();
 
 /*
  * The hooks source, in the postmaster before recovery from a crash

@@ -46,6 +46,8 @@ struct FollowerProgress {
     Atomic<void*> latch;             /* the follower's Latch (in shared memory), to wake it; nullptr when not running */
     Atomic<uint64_t> walk_requested; /* bumped by a backend that needs a size walk (file_growth.h) */
     Atomic<uint64_t> walk_done;      /* the walk_requested value the last finished walk started after */
+    Atomic<uint64_t> walk_target;    /* the highest freshness target of a walk request (raised before the
+                                        request): the follower walks once it has applied that far */
     Atomic<int64_t> caught_up_time;  /* TimestampTz when it last had applied all the WAL then available */
     Atomic<uint32_t> timeline;       /* timeline of the WAL it reads */
     Atomic<int32_t> pid;             /* the follower's PID, 0 when not running */

@@ -109,6 +109,7 @@ extern "C" {
 #include "capture/wal/map_migration.h"
 #include "capture/wal/wal_load.h"
 #include "capture/file_growth.h"
+#include "capture/wal/growth_watch.h"
 #include "persist/limit_file_io.h"
 #include "persist/map_io.h"
 #include "persist/map_persistence.h"
@@ -365,6 +366,7 @@ public:
          * earlier than it was added; capture_limit() makes no entry for it.
          */
         growth_truncated(rel, limit);
+        watch_note_lowered(rel, limit); /* the next walk looks at the file again, as a full walk would */
         if (wal_legacy_map)
             capture_limit(rel, limit, lsn);
         if (lsn >= summaries.set_start)
@@ -375,6 +377,7 @@ public:
         if (wal_legacy_map)
             capture_database(spc, db, lsn);
         growth_database_replaced(spc, db);
+        watch_note_database(spc, db);
         if (lsn >= summaries.set_start)
             note_add(summaries.set->add_database(spc, db));
     }
@@ -539,7 +542,8 @@ void forget_restored_start()
  */
 void wal_save_prepare()
 {
-    (void) growth_walk(false);
+    /* Always a full walk: the periodic one that bounds whatever the file watch might not vouch for. */
+    (void) watch_full_walk(false, "a save");
 }
 
 Lsn wal_save_covered_lsn()
@@ -672,6 +676,7 @@ void establish_start()
         char why[160];
         if (problem == nullptr && !growth_load(covered, why, sizeof(why)))
             problem = reason("no relation file sizes were saved with the map (%s)", why);
+        watch_sizes_replaced();
         if (problem == nullptr) {
             if (restart == InvalidXLogRecPtr)
                 restart = reserve_wal(); /* keep what is left; reading tells whether the WAL from `start` is there */
@@ -751,12 +756,13 @@ void start_fresh(Lsn start, Lsn floor, bool with_record_ending_at_start)
                                                                        : start + 1;
     Lsn walked;
     if (presized != 0 && start <= Max(presized, scanned ? scan_end : 0) && growth_load(presized)) {
+        watch_sizes_replaced();
         walked = presized;
         ereport(LOG, (errmsg("ptrack WAL follower takes the relation file sizes recorded before recovery, "
                              "which started at %X/%X", PTRACK_LSN_ARGS(presized))));
     } else {
         growth_reset();
-        walked = growth_walk(true);
+        walked = watch_full_walk(true, "a baseline");
     }
     if (floor == UINT64_MAX)
         floor = walked;
@@ -1795,6 +1801,32 @@ void restart_after_read_error()
     publish(&shared->follower.applied_lsn, follower.next);
 }
 
+/*
+ * The walk the calls waiting in wait_for_follower() asked for, once the
+ * follower has applied the WAL inserted before each of them
+ * (FollowerProgress::walk_target).  A record may lower a remembered size
+ * (a truncation, a drop: growth_truncated()), and a file truncated by it
+ * and grown again without WAL before the call shows that growth only to a
+ * walk made after the record was applied.  A walk made earlier in the same
+ * call (the follower applies at most 1000 records between two looks at the
+ * requests) saw the regrown file against the size from before the
+ * truncation, found nothing, and the call returned without another walk
+ * (t/039 section 4).  The walk is watched when the file watch vouches for
+ * the files it does not look at (growth_watch.h), else full.
+ */
+void walk_for_calls()
+{
+    const uint64_t requested = shared->follower.walk_requested.load(Order::kAcquire);
+    if (requested == shared->follower.walk_done.load(Order::kAcquire))
+        return;
+    /* Loaded after `requested`: no smaller than the target of any request it counts. */
+    const Lsn needed = shared->follower.walk_target.load(Order::kAcquire);
+    if (shared->follower.applied_lsn.load(Order::kAcquire) < needed)
+        return;
+    (void) watch_walk_for_call();
+    publish(&shared->follower.walk_done, requested);
+}
+
 void follow()
 {
     sigjmp_buf local_sigjmp_buf;
@@ -1879,6 +1911,8 @@ void follow()
         follower.reading = false;
         if (applied > 0 && wal_batch_delay_ms > 0)
             batch_delay();
+        /* The file watch's events, read often so that its queue seldom overflows (growth_watch.h). */
+        watch_drain();
         if (cut_wanted && follower.at_end && summaries.cut_at == 0) {
             /*
              * Caught up with the WAL written before the request, and the
@@ -1889,19 +1923,11 @@ void follow()
              * began is in the set already (record_walk_growth()) and no
              * second walk is needed.
              */
-            const uint64_t walk = shared->follower.walk_requested.load(Order::kAcquire);
-            if (walk != shared->follower.walk_done.load(Order::kAcquire)) {
-                (void) growth_walk(false);
-                publish(&shared->follower.walk_done, walk);
-            }
+            walk_for_calls();
             if (cut_on_request())
                 publish(&shared->follower.cut_done, cut_requested);
         }
-        const uint64_t requested = shared->follower.walk_requested.load(Order::kAcquire);
-        if (requested != shared->follower.walk_done.load(Order::kAcquire)) {
-            (void) growth_walk(false);
-            publish(&shared->follower.walk_done, requested);
-        }
+        walk_for_calls();
         cut_when_full();
         if (follower.save_due && (follower.save_backoff_s == 0 || GetCurrentTimestamp() >= follower.save_retry_at) &&
             TimestampDifferenceExceeds(follower.saved_at, GetCurrentTimestamp(), kMinSaveIntervalMs))
@@ -1920,6 +1946,7 @@ void follow()
 
 void define_wal_follower_gucs()
 {
+    define_growth_watch_guc();
     DefineCustomIntVariable("ptrack.wal_wait_timeout",
                             "How long ptrack's functions wait for the WAL follower to catch up.",
                             "With WAL capture, ptrack_get_pagemapset() and ptrack_get_change_stat() first wait "
@@ -2146,6 +2173,8 @@ void wait_for_follower()
 {
     fail_if_follower_cannot_start();
     const Lsn target = freshness_target();
+    /* The walk waits until the follower has applied the WAL up to the target (walk_for_calls()). */
+    shared->follower.walk_target.store_max(target);
     /* A size walk that starts after this point sees every extension made before the call. */
     const uint64_t walk = shared->follower.walk_requested.add(1, Order::kAcqRel);
     const TimestampTz start = GetCurrentTimestamp();
@@ -2294,6 +2323,7 @@ void ptrack_wal_follower_main(Datum)
     BackgroundWorkerInitializeConnection(NULL, NULL, 0);
     follower.cxt = AllocSetContextCreate(TopMemoryContext, "ptrack WAL follower", ALLOCSET_DEFAULT_SIZES);
     growth_create();
+    watch_create();
     /* Private memory (malloc), no destructor: never a C++ object across an ereport. */
     build_set();
     summaries.set_start = UINT64_MAX; /* nothing is recorded until the start is established */
