@@ -131,6 +131,11 @@ PTRACK_ENGINE_NOEXCEPT(&Map::segment_ref, &Map::mark_in_segment, &Map::block_cha
 void note_file(const RelationFile* file, void* arg)
 {
     auto* walk = static_cast<WalkState*>(arg);
+    /* Room for this file's growth first: once its size is in the table, nothing may fail before it is collected. */
+    if (walk->count == walk->capacity) {
+        walk->capacity *= 2;
+        walk->growth = static_cast<Growth*>(repalloc(walk->growth, walk->capacity * sizeof(Growth)));
+    }
     const SegmentKey key = key_of(file->segment.rel, file->segment.segno);
     bool found = false;
     auto* entry = static_cast<SizeEntry*>(hash_search(sizes, &key, HASH_ENTER, &found));
@@ -146,10 +151,6 @@ void note_file(const RelationFile* file, void* arg)
         entry->dated = found ? now : 0;
     if (walk->baseline || now <= before || file->unlogged)
         return;
-    if (walk->count == walk->capacity) {
-        walk->capacity *= 2;
-        walk->growth = static_cast<Growth*>(repalloc(walk->growth, walk->capacity * sizeof(Growth)));
-    }
     walk->growth[walk->count++] = Growth{file->segment.rel, file->segment.segno, before, now};
 }
 
@@ -281,14 +282,51 @@ void look_at_segment(const RelSegment& segment, WalkState* walk)
     note_file(&file, walk);
 }
 
-/* One stat() per relation file: updates the table, and collects growth unless `baseline`. */
-WalkState walk_files(bool baseline)
+/*
+ * The walk being collected (growth_walk(), growth_walk_some()); file-level,
+ * so that it survives the longjmp of an ERROR that interrupts it.
+ */
+WalkState collecting;
+
+/*
+ * After an ERROR interrupted a walk (a directory that cannot be read, out of
+ * memory): the segments whose growth it had collected get their sizes back,
+ * so that the next walk finds that growth again; the table is never ahead of
+ * what was recorded.  No allocation.
+ */
+void undo_collected()
+{
+    last_entry = nullptr;
+    for (uint32_t i = 0; i < collecting.count; ++i) {
+        const Growth& g = collecting.growth[i];
+        const SegmentKey key = key_of(g.rel, g.segno);
+        if (auto* entry = static_cast<SizeEntry*>(hash_search(sizes, &key, HASH_FIND, NULL)))
+            entry->nblocks = Min(entry->nblocks, g.from);
+    }
+}
+
+/* A walk to collect into `collecting`. */
+void start_walk(bool baseline)
+{
+    collecting = WalkState{baseline, nullptr, 0, 64};
+    collecting.growth = static_cast<Growth*>(palloc(collecting.capacity * sizeof(Growth)));
+}
+
+/* One stat() per relation file into `collecting`: updates the table, and collects growth unless a baseline. */
+void collect_all_files()
 {
     ++walk_number;
-    WalkState walk{baseline, nullptr, 0, 64};
-    walk.growth = static_cast<Growth*>(palloc(walk.capacity * sizeof(Growth)));
-    walk_data_directory(note_file, &walk);
+    walk_data_directory(note_file, &collecting);
     forget_unseen();
+}
+
+/* The same as a value (the postmaster's walk, whose table goes whatever happens: growth_mark_since_save()). */
+WalkState walk_files(bool baseline)
+{
+    start_walk(baseline);
+    collect_all_files();
+    const WalkState walk = collecting;
+    collecting = WalkState{};
     return walk;
 }
 
@@ -408,9 +446,11 @@ bool growth_load(Lsn covered, char* why, size_t why_len)
     return false;
 }
 
-Lsn growth_walk(bool baseline, Lsn skip_marked_since)
+/* The growth `collecting` holds, dated with the LSN read now (returned): recorded, marked if the map is, freed. */
+Lsn finish_walk(Lsn skip_marked_since)
 {
-    WalkState walk = walk_files(baseline);
+    const WalkState walk = collecting;
+    collecting = WalkState{};
     /* Read after every stat(): no smaller than the WAL position when any growth seen here happened. */
     const Lsn lsn = RecoveryInProgress() ? Max(GetXLogReplayRecPtr(NULL), GetXLogInsertRecPtr())
                                          : GetXLogInsertRecPtr();
@@ -422,6 +462,22 @@ Lsn growth_walk(bool baseline, Lsn skip_marked_since)
     return lsn;
 }
 
+Lsn growth_walk(bool baseline, Lsn skip_marked_since)
+{
+    start_walk(baseline);
+    PG_TRY();
+    {
+        collect_all_files();
+    }
+    PG_CATCH();
+    {
+        undo_collected();
+        PG_RE_THROW();
+    }
+    PG_END_TRY();
+    return finish_walk(skip_marked_since);
+}
+
 /*
  * The watched walk (growth_watch.h): note_file() for the named segment files
  * and the files of `dirs` only; the LSN read and the growth's fate exactly
@@ -429,20 +485,21 @@ Lsn growth_walk(bool baseline, Lsn skip_marked_since)
  */
 Lsn growth_walk_some(const RelSegment* segments, uint32_t count, const char* const* dirs, uint32_t dir_count)
 {
-    WalkState walk{false, nullptr, 0, 64};
-    walk.growth = static_cast<Growth*>(palloc(walk.capacity * sizeof(Growth)));
-    for (uint32_t i = 0; i < count; ++i)
-        look_at_segment(segments[i], &walk);
-    for (uint32_t i = 0; i < dir_count; ++i)
-        (void) walk_relation_dir(dirs[i], note_file, &walk);
-    const Lsn lsn = RecoveryInProgress() ? Max(GetXLogReplayRecPtr(NULL), GetXLogInsertRecPtr())
-                                         : GetXLogInsertRecPtr();
-    record_growth(walk, lsn);
-    if (marks_map)
-        (void) mark_growth(walk, &map, lsn, 0);
-    else
-        pfree(walk.growth);
-    return lsn;
+    start_walk(false);
+    PG_TRY();
+    {
+        for (uint32_t i = 0; i < count; ++i)
+            look_at_segment(segments[i], &collecting);
+        for (uint32_t i = 0; i < dir_count; ++i)
+            (void) walk_relation_dir(dirs[i], note_file, &collecting);
+    }
+    PG_CATCH();
+    {
+        undo_collected();
+        PG_RE_THROW();
+    }
+    PG_END_TRY();
+    return finish_walk(0);
 }
 
 uint32_t growth_known_files()
