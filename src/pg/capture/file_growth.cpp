@@ -248,11 +248,7 @@ bool load_file(const char* name, Lsn covered, char* why, size_t why_len)
 void look_at_segment(const RelSegment& segment, WalkState* walk)
 {
     char path[MAXPGPATH];
-    relation_path(segment.rel, path);
-    if (segment.segno > 0) {
-        const size_t len = strlen(path);
-        snprintf(path + len, sizeof(path) - len, ".%u", segment.segno);
-    }
+    segment_file_path(segment.rel, segment.segno, path);
     struct stat st;
     if (stat(path, &st) != 0) {
         if (errno != ENOENT)

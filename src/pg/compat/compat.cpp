@@ -29,6 +29,15 @@ void relation_path(const RelFork& rel, char* out)
 #endif
 }
 
+void segment_file_path(const RelFork& rel, uint32_t segno, char* out)
+{
+    relation_path(rel, out);
+    if (segno > 0) {
+        const size_t len = strlen(out);
+        snprintf(out + len, MAXPGPATH - len, ".%u", segno);
+    }
+}
+
 void slot_create(const char* name)
 {
 #if PG_MAJORVERSION_NUM >= 17

@@ -182,6 +182,9 @@ inline bool checkpoint_redo_record(XLogReaderState* record)
 /* The path of fork `rel` of a permanent relation, relative to the data directory, into out[MAXPGPATH]. */
 void relation_path(const RelFork& rel, char* out);
 
+/* The same for segment `segno` of it: "<path>" for segment 0, "<path>.<segno>" after (md.c's names). */
+void segment_file_path(const RelFork& rel, uint32_t segno, char* out);
+
 /* Creates the persistent physical replication slot `name` and acquires it (no failover, not synced). */
 void slot_create(const char* name);
 

@@ -349,11 +349,7 @@ PTRACK_FRAME_SAFE(RowScan);
 /* The path of segment `segno` of fork `rel` in scan->path. */
 void segment_path(const RelFork& rel, uint32_t segno, RowScan* scan)
 {
-    relation_path(rel, scan->path);
-    if (segno > 0) {
-        const size_t len = strlen(scan->path);
-        snprintf(scan->path + len, MAXPGPATH - len, ".%u", segno);
-    }
+    segment_file_path(rel, segno, scan->path);
 }
 
 /* The blocks of file scan->path, false if it does not exist; ERROR if it cannot be looked at. */

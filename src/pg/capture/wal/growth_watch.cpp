@@ -382,11 +382,7 @@ void check_interrupted()
 bool segment_exists(const RelSegment& segment)
 {
     char path[MAXPGPATH];
-    relation_path(segment.rel, path);
-    if (segment.segno > 0) {
-        const size_t len = strlen(path);
-        snprintf(path + len, sizeof(path) - len, ".%u", segment.segno);
-    }
+    segment_file_path(segment.rel, segment.segno, path);
     struct stat st;
     return stat(path, &st) == 0;
 }
