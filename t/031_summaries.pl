@@ -36,7 +36,7 @@ use Test::More;
 
 use PtrackCluster qw(capture_mode ptrack_node init_lsn server_major follower_pid background_pgbench);
 use PtrackOracle qw(lsn_to_int);
-use PtrackSummaries qw(lsn_text chain_break describe_summaries summary_temp_files);
+use PtrackSummaries qw(lsn_text chain_break describe_summaries summary_temp_files summary_forks_in);
 
 plan skip_all => 'summaries are written by the WAL follower (wal capture only)'
   unless capture_mode() eq 'wal';
@@ -63,48 +63,11 @@ sub summaries
 	return @s;
 }
 
-sub varint
-{
-	my ($data, $pos) = @_;
-	my ($v, $shift) = (0, 0);
-	while (1)
-	{
-		my $b = ord(substr($data, $$pos++, 1));
-		$v |= ($b & 0x7F) << $shift;
-		last unless $b & 0x80;
-		$shift += 7;
-	}
-	return $v;
-}
-
-# The fork records of a summary's body (include/ptrack/summary_file.h):
-# [ { rel => "spc/db/relfilenode/fork", limit => N or undef, chunks => N } ].
+# The fork records of a summary's body (t/lib/PtrackSummaries.pm).
 sub summary_forks
 {
 	my ($name) = @_;
-	my $data = slurp_file("$dir/$name");
-	my ($forks) = unpack('Q<', substr($data, 48, 8));
-	my $pos = 96;
-	my @out;
-	for (1 .. $forks)
-	{
-		my ($spc, $db, $rfn, $fork, $limit) = unpack('L< L< L< C L<', substr($data, $pos, 17));
-		$pos += 17;
-		my $chunks = 0;
-		while (1)
-		{
-			my $kind = ord(substr($data, $pos++, 1));
-			last if $kind == 0;
-			varint($data, \$pos);    # chunk number
-			$chunks++;
-			if ($kind == 1) { my $n = varint($data, \$pos); varint($data, \$pos) for 1 .. $n; }
-			elsif ($kind == 2) { my $n = varint($data, \$pos); varint($data, \$pos) for 1 .. 2 * $n; }
-			elsif ($kind == 3) { $pos += 8192; }
-			else { die "$name: chunk kind $kind at byte $pos"; }
-		}
-		push @out, { rel => "$spc/$db/$rfn/$fork", limit => ($limit == 0xFFFFFFFF ? undef : $limit), chunks => $chunks };
-	}
-	return @out;
+	return summary_forks_in("$dir/$name");
 }
 
 # The summaries (those $filter keeps, if given) that hold fork $rel with a limit at or below $limit.

@@ -32,7 +32,7 @@ use Exporter 'import';
 use PtrackCluster;
 
 our @EXPORT_OK = qw(summary_dir summaries chain_break describe_summaries lsn_text summary_temp_files
-  summary_name copy_summary_as summary_fork_limits);
+  summary_name copy_summary_as summary_forks_in summary_fork_limits);
 
 =pod
 
@@ -80,6 +80,13 @@ recomputed): a file every
 check of the reader passes (this cluster, this server, CRCs, counts) that
 holds another range's changes.  Replaces a file of that name; returns the
 name.
+
+=item summary_forks_in($path)
+
+The fork records of the summary file at $path, read on their own from the
+body's layout (include/ptrack/summary_file.h): a list of
+C<{ rel =E<gt> "spc/db/relfilenode/fork", limit =E<gt> N or undef, chunks =E<gt> N }>.
+Dies if the file cannot be read.
 
 =item summary_fork_limits($pgdata, $name)
 
@@ -198,32 +205,43 @@ sub _varint
 	return $v;
 }
 
-sub summary_fork_limits
+# The fork records of the summary file at $path (see the POD above).
+sub summary_forks_in
 {
-	my ($pgdata, $name) = @_;
-	my $path = summary_dir($pgdata) . "/$name";
+	my ($path) = @_;
 	open(my $fh, '<:raw', $path) or croak "open $path: $!";
 	local $/;
 	my $data = <$fh>;
 	close $fh;
 	my ($forks) = unpack('Q<', substr($data, 48, 8));
-	my ($pos, %limits) = (96);
+	my $pos = 96;
+	my @out;
 	for (1 .. $forks)
 	{
 		my ($spc, $db, $rfn, $fork, $limit) = unpack('L< L< L< C L<', substr($data, $pos, 17));
 		$pos += 17;
+		my $chunks = 0;
 		# Chunks: kind (0 ends the fork), chunk number, then offsets (1), runs (2) or a bitmap (3).
 		while ((my $kind = ord(substr($data, $pos++, 1))) != 0)
 		{
 			_varint($data, \$pos);
+			$chunks++;
 			if ($kind == 1) { my $n = _varint($data, \$pos); _varint($data, \$pos) for 1 .. $n; }
 			elsif ($kind == 2) { my $n = _varint($data, \$pos); _varint($data, \$pos) for 1 .. 2 * $n; }
 			elsif ($kind == 3) { $pos += 8192; }
-			else { croak "$name: chunk kind $kind at byte $pos"; }
+			else { croak "$path: chunk kind $kind at byte $pos"; }
 		}
-		$limits{"$spc/$db/$rfn/$fork"} = $limit unless $limit == 0xFFFFFFFF;
+		push @out,
+		  { rel => "$spc/$db/$rfn/$fork", limit => ($limit == 0xFFFFFFFF ? undef : $limit), chunks => $chunks };
 	}
-	return \%limits;
+	return @out;
+}
+
+sub summary_fork_limits
+{
+	my ($pgdata, $name) = @_;
+	return { map { ($_->{rel} => $_->{limit}) } grep { defined $_->{limit} }
+		  summary_forks_in(summary_dir($pgdata) . "/$name") };
 }
 
 sub summary_temp_files

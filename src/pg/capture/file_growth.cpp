@@ -131,8 +131,12 @@ PTRACK_ENGINE_NOEXCEPT(&Map::segment_ref, &Map::mark_in_segment, &Map::block_cha
 void note_file(const RelationFile* file, void* arg)
 {
     auto* walk = static_cast<WalkState*>(arg);
-    /* Room for this file's growth first: once its size is in the table, nothing may fail before it is collected. */
-    if (walk->count == walk->capacity) {
+    /*
+     * Room for this file's growth first: once its size is in the table,
+     * nothing may fail before it is collected.  A baseline collects none
+     * (growth_save_before_recovery()'s has no array).
+     */
+    if (!walk->baseline && walk->count == walk->capacity) {
         walk->capacity *= 2;
         walk->growth = static_cast<Growth*>(repalloc(walk->growth, walk->capacity * sizeof(Growth)));
     }
