@@ -37,7 +37,10 @@
 #      one full walk arms the watch, then calls are watched;
 #   7. an ERROR interrupts a full walk (a tablespace made unreadable) after
 #      it collected a file's growth: once the walk works, the growth is
-#      listed (the sizes the failed walk raised went back).
+#      listed (the sizes the failed walk raised went back);
+#   8. a tablespace created inside another tablespace's database directory
+#      (one directory, two paths, one inotify watch): the growth there is
+#      listed, and calls walk every file, saying why.
 use strict;
 use warnings;
 
@@ -413,6 +416,39 @@ no_misses_ok($node, $L, 'walk error: once the walk works, every block added sinc
 	baseline => $baseline);
 $node->safe_psql('postgres',
 	'ALTER SYSTEM RESET ptrack.wal_file_watch; ALTER SYSTEM RESET log_min_messages; SELECT pg_reload_conf()');
+$node->poll_query_until('postgres',
+	"SELECT ptrack_init_lsn() IS NOT NULL AND query LIKE '%file watch: on%' FROM pg_stat_activity "
+	  . "WHERE backend_type = 'ptrack WAL follower'")
+  or diag(walks()->{text});
+
+# ---------------------------------------------------------------------------
+# 8. One directory reached by two paths
+# ---------------------------------------------------------------------------
+
+# A tablespace created in another tablespace's (empty) database directory:
+# that directory is a relation directory of the first and the link target
+# of the second, one inotify watch for both (a tester's find: the second
+# inotify_add_watch() replaced the mask without IN_MODIFY, and growth there
+# was missed whenever the outer tablespace was watched first).  The watch
+# says so and every call walks every file while the layout lasts.
+my $outer = PostgreSQL::Test::Utils::tempdir_short();
+$node->safe_psql('postgres', "CREATE TABLESPACE outer_ts LOCATION '$outer'");
+$node->safe_psql('postgres', 'CREATE TABLE leaves_dir (i int) TABLESPACE outer_ts; DROP TABLE leaves_dir; CHECKPOINT');
+my $dboid = $node->safe_psql('postgres', "SELECT oid FROM pg_database WHERE datname = 'postgres'");
+my ($verdir) = glob("$outer/PG_*");
+$offset = log_position($node);
+$node->safe_psql('postgres', "CREATE TABLESPACE inner_ts LOCATION '$verdir/$dboid'");
+my $victim = make_table('postgres', 'two_paths', 30, 'outer_ts');
+($L, $baseline, $before) = start_at_checkpoint();
+grow($victim, 4, 'write');
+my $stats8 = no_misses_ok($node, $L, 'two paths: every block added since L is listed', baseline => $baseline);
+cmp_ok($stats8->{extended}, '>=', 4, "two paths: the oracle saw the growth ($stats8->{extended} blocks)");
+$after = walks();
+cmp_ok($after->{full}, '>', $before->{full}, 'two paths: the call walked every file') or diag($after->{text});
+is($after->{watched}, $before->{watched}, 'two paths: no watched walk') or diag($after->{text});
+like(log_since($node, $offset),
+	qr/LOG:  ptrack's WAL follower walks every relation file at the next call: a directory is reached by two paths/,
+	'two paths: LOG says why');
 
 $node->stop;
 done_testing();

@@ -2098,8 +2098,8 @@ void fail_if_summaries_unwritable()
         return;
     ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                     errmsg("ptrack's WAL follower cannot write its change summaries: %s", message),
-                    errdetail("It has been retrying since %s and applies no WAL until a summary is written; nothing "
-                              "is lost meanwhile (its replication slot keeps the WAL).",
+                    errdetail("Its last attempt failed at %s; it retries, and applies no WAL until a summary is "
+                              "written; nothing is lost meanwhile (its replication slot keeps the WAL).",
                               timestamptz_to_str(since)),
                     errhint("%s", hint)));
 }

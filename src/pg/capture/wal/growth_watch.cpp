@@ -43,9 +43,13 @@ namespace {
 /* ptrack.wal_file_watch (developer option): off makes every walk full, as before the watch. */
 bool watch_enabled = true;
 
-/* What a relation directory's watch reports, and a parent's (where new directories appear). */
-constexpr uint32_t kRelationDirMask = IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ONLYDIR;
-constexpr uint32_t kParentDirMask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ONLYDIR;
+/*
+ * What every watch reports, a relation directory's and a parent's (where new
+ * directories appear) alike: inotify_add_watch() on a directory already
+ * watched returns its watch and replaces its mask, so one mask for all means
+ * that a directory reached by a second path never loses IN_MODIFY.
+ */
+constexpr uint32_t kDirMask = IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ONLYDIR;
 
 enum class DirKind : uint8_t {
     kRelations, /* global, base/<db>, pg_tblspc/<spc>/<version>/<db> */
@@ -84,6 +88,7 @@ enum Cause : uint32_t {
     kInterrupted = 1u << 5,
     kReadFailed = 1u << 6,
     kCannotSetUp = 1u << 7,
+    kTwoPaths = 1u << 8,
 };
 
 enum class State : uint8_t {
@@ -206,11 +211,14 @@ bool set_up()
 /*
  * Watches `path` (a directory of `kind`); a directory that is new to the
  * watch is walked by the next watched walk.  False if it exists and could
- * not be watched (the next walks are full until it can).
+ * not be watched, or is already watched under another path or kind (a
+ * tablespace created inside another tablespace's database directory, a
+ * link in base/ to a database directory: one watch, whose events could name
+ * either, so the next walks are full while the layout lasts).
  */
 bool add_watch(const char* path, DirKind kind)
 {
-    const int wd = inotify_add_watch(watch.fd, path, kind == DirKind::kRelations ? kRelationDirMask : kParentDirMask);
+    const int wd = inotify_add_watch(watch.fd, path, kDirMask);
     if (wd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
             return true; /* gone meanwhile (its parent's watch saw that), or not a directory */
@@ -224,6 +232,13 @@ bool add_watch(const char* path, DirKind kind)
     auto* dir = static_cast<WatchedDir*>(hash_search(watch.dirs, &wd, HASH_ENTER, &found));
     if (found && dir->kind == kind && strcmp(dir->path, path) == 0)
         return true;
+    if (found) {
+        /* Never replaced nor removed: the first path's files stay watched. */
+        char detail[2 * MAXPGPATH + 64];
+        snprintf(detail, sizeof(detail), "\"%s\" is the directory \"%s\"", path, dir->path);
+        need_full(kTwoPaths, "a directory is reached by two paths", detail);
+        return false;
+    }
     dir->wd = wd;
     dir->kind = kind;
     dir->spc_oid = 0;

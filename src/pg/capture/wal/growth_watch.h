@@ -67,7 +67,12 @@
  * load, a baseline), IN_Q_OVERFLOW (K3), a watch that could not be added
  * (ENOSPC at fs.inotify.max_user_watches, EACCES), an event for an unknown
  * watch, more touched files than the size table holds (a full walk is then
- * cheaper anyway), a watch the kernel removed with its file system
+ * cheaper anyway), a directory reached by two watched paths (a tablespace
+ * created inside another's database directory, a link in base/: one watch
+ * for both, whose events could be taken for either; every watch has the
+ * same mask, so the second inotify_add_watch() never drops IN_MODIFY, and
+ * the first path's entry is never replaced nor removed), a watch the
+ * kernel removed with its file system
  * (IN_UNMOUNT), or an ERROR while events were being read or a walk made.
  * Each cause is LOGged once per follower process.  If inotify cannot be set
  * up at all (inotify_init1() fails: fs.inotify.max_user_instances), every
