@@ -133,8 +133,7 @@ void note_file(const RelationFile* file, void* arg)
     auto* walk = static_cast<WalkState*>(arg);
     /*
      * Room for this file's growth first: once its size is in the table,
-     * nothing may fail before it is collected.  A baseline collects none
-     * (growth_save_before_recovery()'s has no array).
+     * nothing may fail before it is collected.  A baseline collects none.
      */
     if (!walk->baseline && walk->count == walk->capacity) {
         walk->capacity *= 2;
@@ -764,9 +763,7 @@ void growth_commit_save()
 bool growth_save_before_recovery(Lsn redo)
 {
     growth_create();
-    ++walk_number;
-    WalkState walk{true, nullptr, 0, 0}; /* a baseline records sizes only */
-    walk_data_directory(note_file, &walk);
+    pfree(walk_files(true).growth); /* a baseline records sizes only */
     const bool ok = growth_prepare_save(redo);
     if (ok)
         growth_commit_save();

@@ -129,19 +129,7 @@ bool walk_relation_dir(const char* dir, RelationFileCallback callback, void* arg
     return true;
 }
 
-namespace {
-
-struct WalkContext {
-    RelationFileCallback callback;
-    void* arg;
-    RelationFileFilter filter;
-};
-PTRACK_FRAME_SAFE(WalkContext);
-
-using SubdirCallback = void (*)(const char* subdir, const WalkContext* ctx);
-
-/* Calls `fn` with "<parent>/<oid><suffix>" for each OID-named entry of `parent`. */
-void for_each_oid_subdir(const char* parent, const char* suffix, SubdirCallback fn, const WalkContext* ctx)
+void for_each_oid_dir(const char* parent, const char* suffix, OidDirCallback fn, void* arg)
 {
     DIR* d = open_dir_if_exists(parent);
     if (d == NULL)
@@ -152,29 +140,39 @@ void for_each_oid_subdir(const char* parent, const char* suffix, SubdirCallback 
             continue;
         char subdir[MAXPGPATH];
         snprintf(subdir, sizeof(subdir), "%s/%s%s", parent, de->d_name, suffix);
-        fn(subdir, ctx);
+        fn(subdir, arg);
     }
     FreeDir(d);
 }
 
-void walk_database_dir(const char* dir, const WalkContext* ctx)
+namespace {
+
+struct WalkContext {
+    RelationFileCallback callback;
+    void* arg;
+    RelationFileFilter filter;
+};
+PTRACK_FRAME_SAFE(WalkContext);
+
+void walk_database_dir(const char* dir, void* arg)
 {
+    const auto* ctx = static_cast<const WalkContext*>(arg);
     walk_relation_dir(dir, ctx->callback, ctx->arg, ctx->filter);
 }
 
-void walk_tablespace_dir(const char* version_dir, const WalkContext* ctx)
+void walk_tablespace_dir(const char* version_dir, void* arg)
 {
-    for_each_oid_subdir(version_dir, "", walk_database_dir, ctx);
+    for_each_oid_dir(version_dir, "", walk_database_dir, arg);
 }
 
 }  // namespace
 
 void walk_data_directory(RelationFileCallback callback, void* arg, RelationFileFilter filter)
 {
-    const WalkContext ctx{callback, arg, filter};
+    WalkContext ctx{callback, arg, filter};
     walk_relation_dir("global", callback, arg, filter);
-    for_each_oid_subdir("base", "", walk_database_dir, &ctx);
-    for_each_oid_subdir("pg_tblspc", "/" TABLESPACE_VERSION_DIRECTORY, walk_tablespace_dir, &ctx);
+    for_each_oid_dir("base", "", walk_database_dir, &ctx);
+    for_each_oid_dir("pg_tblspc", "/" TABLESPACE_VERSION_DIRECTORY, walk_tablespace_dir, &ctx);
 }
 
 }  // namespace ptrack::pg

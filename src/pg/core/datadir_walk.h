@@ -49,6 +49,15 @@ bool walk_relation_dir(const char* dir, RelationFileCallback callback, void* arg
 /* The same for every relation file in global/, base/<db>/ and pg_tblspc/<spc>/<version>/<db>/. */
 void walk_data_directory(RelationFileCallback callback, void* arg, RelationFileFilter filter = nullptr);
 
+/*
+ * Calls `fn("<parent>/<oid><suffix>", arg)` for each entry of `parent`
+ * named by a valid OID (a database directory of base/ or of a tablespace's
+ * version directory, a tablespace link of pg_tblspc/); nothing if `parent`
+ * does not exist; an ERROR if it cannot be read.
+ */
+using OidDirCallback = void (*)(const char* path, void* arg);
+void for_each_oid_dir(const char* parent, const char* suffix, OidDirCallback fn, void* arg);
+
 }  // namespace ptrack::pg
 
 #endif

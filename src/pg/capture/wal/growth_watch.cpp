@@ -32,6 +32,7 @@ extern "C" {
 
 #include "core/boundary.h"
 #include "capture/file_growth.h"
+#include "core/datadir_walk.h"
 #include "capture/wal/growth_watch.h"
 #include "compat/compat.h"
 #include "ptrack/relpath.h"
@@ -256,51 +257,23 @@ bool add_watch(const char* path, DirKind kind)
     return true;
 }
 
-bool is_oid_name(const char* name)
+/* for_each_oid_dir()'s callbacks: watch a database directory, a tablespace; *arg (a bool) goes false on a failure. */
+void watch_database_dir(const char* path, void* ok)
 {
-    if (*name < '1' || *name > '9')
-        return false;
-    for (const char* p = name; *p != '\0'; ++p)
-        if (*p < '0' || *p > '9')
-            return false;
-    return true;
-}
-
-/* For each OID-named entry of `parent`, `fn("<parent>/<oid><suffix>")`; false if any of them failed. */
-bool for_each_oid_entry(const char* parent, const char* suffix, bool (*fn)(const char* path))
-{
-    bool ok = true;
-    DIR* d = AllocateDir(parent);
-    if (d == NULL) {
-        if (errno == ENOENT)
-            return true;
-        ereport(ERROR, (errcode_for_file_access(), errmsg("could not open directory \"%s\": %m", parent)));
-    }
-    struct dirent* de;
-    while ((de = ReadDir(d, parent)) != NULL) {
-        if (!is_oid_name(de->d_name))
-            continue;
-        char path[MAXPGPATH];
-        snprintf(path, sizeof(path), "%s/%s%s", parent, de->d_name, suffix);
-        ok = fn(path) && ok;
-    }
-    FreeDir(d);
-    return ok;
-}
-
-bool watch_database_dir(const char* path)
-{
-    return add_watch(path, DirKind::kRelations);
+    if (!add_watch(path, DirKind::kRelations))
+        *static_cast<bool*>(ok) = false;
 }
 
 /* pg_tblspc/<spc>: the link (the version directory may appear in it later), the version directory, its databases. */
-bool watch_tablespace(const char* link)
+void watch_tablespace(const char* link, void* ok)
 {
-    bool ok = add_watch(link, DirKind::kParent);
+    if (!add_watch(link, DirKind::kParent))
+        *static_cast<bool*>(ok) = false;
     char version_dir[MAXPGPATH];
     snprintf(version_dir, sizeof(version_dir), "%s/%s", link, TABLESPACE_VERSION_DIRECTORY);
-    ok = add_watch(version_dir, DirKind::kParent) && ok;
-    return for_each_oid_entry(version_dir, "", watch_database_dir) && ok;
+    if (!add_watch(version_dir, DirKind::kParent))
+        *static_cast<bool*>(ok) = false;
+    for_each_oid_dir(version_dir, "", watch_database_dir, ok);
 }
 
 /*
@@ -314,9 +287,9 @@ void rescan()
     watch.rescan_needed = true; /* until it completes: an ERROR half way leaves it to do again */
     bool ok = add_watch("global", DirKind::kRelations);
     ok = add_watch("base", DirKind::kParent) && ok;
-    ok = for_each_oid_entry("base", "", watch_database_dir) && ok;
+    for_each_oid_dir("base", "", watch_database_dir, &ok);
     ok = add_watch("pg_tblspc", DirKind::kParent) && ok;
-    ok = for_each_oid_entry("pg_tblspc", "", watch_tablespace) && ok;
+    for_each_oid_dir("pg_tblspc", "", watch_tablespace, &ok);
     watch.rescan_needed = !ok;
 }
 
