@@ -51,9 +51,10 @@
 #   --jobs N      suites running at the same time (default 2, PTRACK_TEST_JOBS)
 #   --no-pg-probackup  skip the pg_probackup chains and build no pg_probackup
 #
-# Servers: built into the cache by scripts/build-postgres.sh unless given
-# (several work trees on one machine each test against private copies, since
-# their `make install` would replace each other's ptrack.so):
+# Servers: built into the cache by scripts/build-postgres.sh unless given;
+# each run copies them into its work directory and installs ptrack there
+# only (private_server below), so that several work trees on one machine
+# never test each other's ptrack.so:
 #   PTRACK_STOCK_PG_CONFIG      Debian's stock 15 (default /usr/lib/postgresql/15/bin/pg_config)
 #   PTRACK_PATCHED_PREFIX_15 (or PTRACK_PATCHED_PREFIX), PTRACK_PATCHED_PREFIX_17,
 #   PTRACK_PATCHED_PREFIX_18    a patched server's prefix
@@ -280,15 +281,49 @@ unit_tests() {
 
 # --- ptrack built and installed once per server ------------------------------
 
-# prepare TAG PG_CONFIG: builds ptrack in a copy of the tree and installs it
-# into that server (once per TAG, serialised by a lock: the hooks and wal
-# suites of 17/18 share one install).  The built tree is $work/build-TAG.
+# private_server TAG PG_CONFIG: copies the server of PG_CONFIG into
+# $work/server-TAG, keeping its layout under that root (its install
+# directories, the headers and the shared files), and prints the copy's
+# pg_config.  PostgreSQL's installations are relocatable (pg_config and
+# postgres find their directories relative to their own binary), so the copy
+# runs as the original does; ptrack is installed into the copy only, and a
+# run never shares a ptrack.so with another work tree's run on the same
+# machine, nor leaves one behind in the cache or in Debian's server.
+private_server() {
+	local tag=$1 pg_config=$2 root=$work/server-$1 d done=() c skip
+	mkdir -p "$root"
+	for d in "$(dirname "$("$pg_config" --bindir)")" "$("$pg_config" --sharedir)" "$("$pg_config" --includedir)"; do
+		skip=0
+		for c in "${done[@]}"; do
+			case $d/ in "$c"/*) skip=1 ;; esac
+		done
+		[ "$skip" = 1 ] && continue
+		mkdir -p "$root$(dirname "$d")"
+		cp -a "$d" "$root$d"
+		done+=("$d")
+	done
+	local copy=$root$("$pg_config" --bindir)/pg_config
+	[ "$("$copy" --pkglibdir)" = "$root$("$pg_config" --pkglibdir)" ] || {
+		echo "run-tests: the copy of $pg_config in $root does not relocate (its pkglibdir is $("$copy" --pkglibdir))" >&2
+		return 1
+	}
+	echo "$copy"
+}
+
+# prepare TAG PG_CONFIG: copies the server (private_server), builds ptrack
+# in a copy of the tree and installs it into the server's copy (once per
+# TAG, serialised by a lock: the hooks and wal suites of 17/18 share one
+# install).  The built tree is $work/build-TAG, the copy's pg_config is in
+# $state/pg_config-TAG.
 prepare() {
-	local tag=$1 pg_config=$2
+	local tag=$1
 	(
 		flock 9
 		[ -e "$state/installed-$tag" ] && exit 0
 		[ -e "$state/install-failed-$tag" ] && exit 1
+		local pg_config
+		pg_config=$(private_server "$tag" "$2") || { : >"$state/install-failed-$tag"; exit 1; }
+		echo "$pg_config" >"$state/pg_config-$tag"
 		local tree=$work/build-$tag
 		rm -rf "$tree"
 		mkdir -p "$tree"
@@ -351,6 +386,7 @@ suite() {
 		pg_config=$p/bin/pg_config
 	fi
 	prepare "$tag" "$pg_config" || return 1
+	pg_config=$(cat "$state/pg_config-$tag")
 	set=$(test_set "$v")
 	echo "run-tests: === PostgreSQL $v, $m capture ($set set): $("$pg_config" --version) ($("$pg_config" --bindir)) ==="
 	local pgpro
@@ -394,7 +430,7 @@ suite() {
 		# A cluster made by Debian's pg_createcluster must start unchanged on
 		# the patched server (SSL, ICU, lz4...); needs root.
 		if [ "$(id -u)" -eq 0 ]; then
-			scripts/test-debian-cluster.sh "$p" || status=1
+			scripts/test-debian-cluster.sh "$(dirname "$(dirname "$pg_config")")" || status=1
 		else
 			echo "run-tests: scripts/test-debian-cluster.sh NOT run (it needs root)"
 		fi
