@@ -104,6 +104,11 @@
 #   --keep             keep the temp dir (callgrind.out files, logs)
 #   --prefix DIR       PostgreSQL prefix (default: PG_PREFIX, else
 #                      scripts/build-postgres.sh --print-prefix)
+#   --checksums on|off|default
+#                      data checksums of the cluster (default: the version's
+#                      initdb default, off up to 17, on from 18); with them,
+#                      and a core patch whose mdwritev_hook passes the pages,
+#                      evictions are marked with the page's LSN
 # The extension must be installed into that prefix (make install).
 set -euo pipefail
 export LC_ALL=C
@@ -352,9 +357,11 @@ run_one() {
         local hook='ptrack::pg::(anonymous namespace)::ptrack_md' flush startup
         grep -q 'ptrack loaded map file' "$work/log/$label.stderr" ||
             die "$label: ptrack did not load its map file (see $work/log/$label.stderr)"
-        hw=$(stat_of "$st.all.tsv" "${hook}write" calls)
+        # The write hook: ptrack_mdwritev where the core patch has
+        # mdwritev_hook (once per md.c write), else ptrack_mdwrite.
+        hw=$(( $(stat_of "$st.all.tsv" "${hook}write" calls) + $(stat_of "$st.all.tsv" "${hook}writev" calls) ))
         he=$(stat_of "$st.all.tsv" "${hook}extend" calls)
-        hwb=$(stat_of "$st.body.tsv" "${hook}write" calls)
+        hwb=$(( $(stat_of "$st.body.tsv" "${hook}write" calls) + $(stat_of "$st.body.tsv" "${hook}writev" calls) ))
         heb=$(stat_of "$st.body.tsv" "${hook}extend" calls)
         flush=$(stat_of "$st.all.tsv" ptrack::pg::flush_map calls)
         startup=$(stat_of "$st.all.tsv" 'ptrack::pg::(anonymous namespace)::ptrack_shmem_startup' calls)
@@ -567,7 +574,7 @@ for my $wl (@workloads) {
 
 print "\n## Per-transaction (marginal) cost, from the body\n";
 print "Ir/txn = body / $dn; overhead = (ptrack - baseline) / baseline of Ir/txn.  The difference splits into\n";
-print "  ptrack code: inclusive Ir of the hooks (ptrack_mdwrite, ptrack_mdextend, with what they call) plus\n";
+print "  ptrack code: inclusive Ir of the hooks (ptrack_mdwrite[v], ptrack_mdextend, with what they call) plus\n";
 print "               the extra self Ir of mdwrite/mdextend (passing the arguments to the hook);\n";
 print "  other:       everything else, i.e. PostgreSQL and libc code running with different instruction\n";
 print "               counts because loading ptrack moved memory addresses (see the layout list below).\n";
@@ -588,7 +595,8 @@ for my $wl (@workloads) {
         }
         next unless defined $base;
         my ($body, $arcs) = load_stats($r->{label}, 'body');
-        my $hooks = fnv($body, 'ptrack_mdwrite', 'incl') + fnv($body, 'ptrack_mdextend', 'incl');
+        my $hooks = fnv($body, 'ptrack_mdwrite', 'incl') + fnv($body, 'ptrack_mdwritev', 'incl')
+          + fnv($body, 'ptrack_mdextend', 'incl');
         my $sites = 0;
         $sites += fnv($body, $_, 'self') - fnv($bstats, $_, 'self') for qw(mdwrite mdwritev mdextend mdzeroextend);
         my $code = ($hooks + $sites) / $dn;

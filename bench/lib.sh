@@ -15,6 +15,7 @@
 #   repo          the checkout (the parent of bench/)
 #   bench_script  the script's file name, e.g. pgbench_overhead.sh
 #   bench_name    the same without .sh: prefix of die() and cleanup messages
+#   checksums     default (common_option's --checksums changes it)
 #
 # Variables the script sets and the functions read:
 #   cmdline         its command line, for report_header
@@ -33,7 +34,10 @@
 #   is_int V             true if V is a non-negative decimal integer
 #   common_option ARG...  the catch-all arm of a script's option loop: takes
 #                        the options every script has, --port N, --keep,
-#                        --prefix DIR, -h|--help (usage, exit 0); dies with
+#                        --prefix DIR, --checksums on|off|default (data
+#                        checksums of the clusters server_initdb makes;
+#                        default: the version's own, off up to 17, on from
+#                        18), -h|--help (usage, exit 0); dies with
 #                        the usage on anything else.  Returns 0 if it used
 #                        the next argument too (the caller shifts it once
 #                        more), else 1:   *) common_option "$@" && shift ;;
@@ -56,7 +60,8 @@
 #                        exits with the script's status
 #   server_initdb DATADIR LOG
 #                        initdb as pguser (superuser postgres, trust, no
-#                        locale, UTF8, no sync); output in LOG, shown on failure
+#                        locale, UTF8, no sync, data checksums as --checksums
+#                        says); output in LOG, shown on failure
 #   server_conf DATADIR  appends to DATADIR/postgresql.conf a block headed
 #                        "# ---- <bench_script>": listen_addresses = '',
 #                        unix_socket_directories = $sock, port = $port,
@@ -88,7 +93,8 @@
 #   report_header TITLE  prints "# <bench_script>: TITLE", then the command,
 #                        date (UTC) and machine (CPUs, RAM, CPU model, kernel)
 #   report_load [NOTE]   prints the load average "(at start[; NOTE])"
-#   report_postgres      prints postgres --version and the prefix
+#   report_postgres      prints postgres --version and the prefix, and the
+#                        data checksums setting (--checksums)
 #   warn_if_reinstalled  two WARNING lines if $pkglib/ptrack.so's md5 is no
 #                        longer $so_md5
 #   oracle_psql_env      exports ORACLE_PSQL: the psql command line (fields
@@ -102,6 +108,7 @@
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bench_script=${0##*/}
 bench_name=${bench_script%.sh}
+checksums=default   # --checksums (common_option), read by server_initdb
 pg_ctl_timeout=300
 bench_errfd=2
 running_dd=''           # data dir of the server that is up, if any
@@ -115,6 +122,9 @@ common_option() {
         --port) port=${2:?}; return 0 ;;
         --keep) keep=1 ;;
         --prefix) prefix=${2:?}; return 0 ;;
+        --checksums)
+            case ${2:?} in on|off|default) checksums=$2 ;; *) die "--checksums must be on, off or default" ;; esac
+            return 0 ;;
         -h|--help) usage; exit 0 ;;
         *) usage >&2; die "unknown argument: $1" ;;
     esac
@@ -176,7 +186,13 @@ cleanup() {
 }
 
 server_initdb() {
-    as_pg "$bin/initdb" -D "$1" -U postgres -A trust --no-locale -E UTF8 -N >"$2" 2>&1 ||
+    local -a sums=()
+    case $checksums in
+        on) sums=(--data-checksums) ;;
+        # initdb has --no-data-checksums from 18 on, where checksums became the default.
+        off) "$bin/initdb" --help | grep -q -- --no-data-checksums && sums=(--no-data-checksums) ;;
+    esac
+    as_pg "$bin/initdb" -D "$1" -U postgres -A trust --no-locale -E UTF8 -N "${sums[@]}" >"$2" 2>&1 ||
         { cat "$2" >&2; die "initdb failed"; }
 }
 
@@ -260,6 +276,7 @@ report_postgres() {
     local version
     version=$("$bin/postgres" --version)
     echo "postgres:   $version ($prefix)"
+    echo "checksums:  data checksums $checksums (--checksums; default: the version's initdb default)"
 }
 
 warn_if_reinstalled() {

@@ -3,25 +3,37 @@
  *
  * Every capture source marks the map through these functions and nothing
  * else: the storage-manager hooks of the core patch (hooks/capture_hooks.cpp)
- * mark each block as it is written (capture_block_written()); the WAL
+ * mark each block as it is written (capture_blocks_written(), or
+ * capture_pages_written() with the page's own LSN where that is safe); the WAL
  * follower of unpatched servers (wal/capture_wal.cpp) marks the map only
  * with the developer setting ptrack.wal_legacy_map (it keeps an exact change
  * set instead): the blocks each record changed, with the record's end LSN
  * (capture_block_at(), capture_limit(), capture_database()).  Neither the map nor the SQL layer
  * marks anything itself.
  *
- * INTERFACE: capture_block_written(), capture_block_at(), capture_limit(),
+ * INTERFACE: capture_block_written(), capture_blocks_written(),
+ * capture_pages_written(), capture_block_at(), capture_limit(),
  * capture_database(), capture_relation_files(), restart_tracking(),
  * restart_tracking_at(); for a map save, wait_for_marks_in_progress().
  */
 #ifndef PTRACK_PG_CAPTURE_H
 #define PTRACK_PG_CAPTURE_H
 
+extern "C" {
+#include "storage/bufpage.h" /* PageHeaderData; includers include postgres.h first */
+}
+
 #include "core/boundary.h"
 #include "ptrack/map.h"
 #include "core/shared_state.h"
 
 namespace ptrack::pg {
+
+/* A page's pd_lsn, read from its header (the Page type differs between versions). */
+__attribute__((always_inline)) inline Lsn page_header_lsn(const void* page) noexcept
+{
+    return PageXLogRecPtrGet(static_cast<const PageHeaderData*>(page)->pd_lsn);
+}
 
 PTRACK_FRAME_SAFE(RelFork, Map::SegmentRef);
 PTRACK_ENGINE_NOEXCEPT(&Map::attached, &Map::segment_ref, &Map::mark_in_segment, &hash_rel);
@@ -92,24 +104,104 @@ MarkAnnouncement* attach_announcement() noexcept;
 /* In a map flush, after reading its start LSN: returns once every mark then in progress has ended. */
 void wait_for_marks_in_progress() noexcept;
 
-/*
- * Marks one block of a permanent relation fork as written now (at an LSN
- * never smaller than the LSN of the change written).  The write path:
- * lock-free, no allocation, no error.  Does nothing when tracking is off.
- */
-__attribute__((always_inline)) inline void capture_block_written(const RelFork& rel, BlockNumber block) noexcept
+/* Announces a mark in progress (above), before the mark reads its LSN or the mark floor. */
+__attribute__((always_inline)) inline MarkAnnouncement* announce_mark() noexcept
 {
-    if (!map.attached())
-        return;
     MarkAnnouncement* announcement = my_announcement;
     if (unlikely(announcement == nullptr))
         announcement = attach_announcement();
     /* Full barrier: the announcement is visible before the LSN is read. */
     announcement->state.store(my_generation | 1, Order::kSeqCst);
-    const Lsn lsn = current_mark_lsn();
-    map.mark_in_segment(cached_segment_ref(rel, block), block, lsn);
+    return announcement;
+}
+
+/* Ends the mark announce_mark() began, once its slots are stored. */
+__attribute__((always_inline)) inline void end_mark(MarkAnnouncement* announcement) noexcept
+{
     my_generation += 2;
     announcement->state.store(my_generation, Order::kRelease);
+}
+
+/* cached_segment_ref() where a run of blocks enters its next segment: rare, kept out of the loops below. */
+__attribute__((noinline)) inline const Map::SegmentRef& next_segment_ref(const RelFork& rel,
+                                                                         BlockNumber block) noexcept
+{
+    return cached_segment_ref(rel, block);
+}
+
+/*
+ * Stores lsn_of(i) into the slots of block `first + i` of `rel`, for i in
+ * [0, nblocks).  The segment is looked up once, not per block: md.c writes a
+ * vector within one segment, and a relation's hash is computed only when the
+ * cache misses (a loop around cached_segment_ref() would let the compiler
+ * compute it before the loop on every call).
+ */
+template <typename LsnOf>
+__attribute__((always_inline)) inline void mark_blocks(const RelFork& rel, BlockNumber first, uint32_t nblocks,
+                                                      LsnOf lsn_of) noexcept
+{
+    const Map::SegmentRef* segment = &cached_segment_ref(rel, first);
+    for (uint32_t i = 0; i < nblocks; ++i) {
+        const BlockNumber block = first + i;
+        if (unlikely(block / static_cast<BlockNumber>(RELSEG_SIZE) != segment->segno))
+            segment = &next_segment_ref(rel, block);
+        map.mark_in_segment(*segment, block, lsn_of(i));
+    }
+}
+
+/*
+ * Marks blocks `first` .. `first + nblocks - 1` of a permanent relation
+ * fork as written now (at an LSN never smaller than the LSN of the change
+ * written): one announcement and one read of the current LSN for them all.
+ * The write path: lock-free, no allocation, no error.  Does nothing when
+ * tracking is off.
+ */
+__attribute__((always_inline)) inline void capture_blocks_written(const RelFork& rel, BlockNumber first,
+                                                                 uint32_t nblocks) noexcept
+{
+    if (!map.attached())
+        return;
+    MarkAnnouncement* announcement = announce_mark();
+    const Lsn lsn = current_mark_lsn();
+    mark_blocks(rel, first, nblocks, [lsn](uint32_t) { return lsn; });
+    end_mark(announcement);
+}
+
+__attribute__((always_inline)) inline void capture_block_written(const RelFork& rel, BlockNumber block) noexcept
+{
+    capture_blocks_written(rel, block, 1);
+}
+
+/*
+ * Marks the blocks `first` .. `first + nblocks - 1` of `rel` that were
+ * written from `pages` with each page's own LSN (pd_lsn), where the caller
+ * has proven that every change that matters to a backup moves that LSN
+ * (capture_hooks.cpp, docs/design.md section 2.4).  A page whose LSN is 0
+ * (a new page) is marked as written now.
+ *
+ * Every value stored is at least the mark floor (SharedState::mark_floor),
+ * which the checkpointer raises to the threshold of the next delta at each
+ * save point before it waits for the marks in progress: as with an LSN read
+ * now, a mark the save did not see in progress stores a value the next
+ * delta collects (ptrack/map_delta.h).  The floor is read after the
+ * announcement, the save stores it before scanning the announcements, both
+ * sequentially consistent, so one of the two sees the other.
+ */
+__attribute__((always_inline)) inline void capture_pages_written(const RelFork& rel, BlockNumber first,
+                                                                const void* const* pages,
+                                                                uint32_t nblocks) noexcept
+{
+    if (!map.attached())
+        return;
+    MarkAnnouncement* announcement = announce_mark();
+    const Lsn floor = shared->mark_floor.load(Order::kSeqCst);
+    mark_blocks(rel, first, nblocks, [pages, floor](uint32_t i) {
+        const Lsn lsn = page_header_lsn(pages[i]);
+        if (unlikely(lsn == 0))
+            return current_mark_lsn();
+        return lsn > floor ? lsn : floor;
+    });
+    end_mark(announcement);
 }
 
 /*

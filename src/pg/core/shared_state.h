@@ -151,9 +151,15 @@ struct RestartInfo {
  *    marks of a walk before walk_done (release stores), so a backend that
  *    reads either with an acquire load finds those marks in the map.
  *  - save_stats: SaveStats, a sequence lock with one writer (below).
+ *  - mark_floor (hooks): written only by the checkpointer, at each save
+ *    point, before it waits for the marks in progress; read by every mark
+ *    that uses a page's own LSN, after its announcement.  Both sequentially
+ *    consistent: the store-load pattern of capture.h's announcements.
  */
 struct SharedState {
     Atomic<uint64_t> init_lsn; /* LSN from which tracking is complete, 0 until established */
+    Atomic<uint64_t> mark_floor; /* hooks: a mark with a page's LSN stores at least this (capture.h); 0 until
+                                    the first save point */
     MapGeometry geometry;
     Lsn loaded_covered_lsn;    /* covered LSN of the map loaded at startup or, wal, of the follower's
                                   latest save (where a restarted follower resumes); 0 for a fresh map */
