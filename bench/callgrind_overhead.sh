@@ -275,10 +275,12 @@ print "T\t$total\n";
 PERL
 
 # Calls or inclusive Ir of one function in a stats file: NAME is a C name or a
-# qualified C++ name without its parameter list.
+# qualified C++ name without its parameter list.  The compiler's cold part of
+# a function ("... [clone .cold]", reached by a jump that callgrind counts as
+# a call, and whose cost the function's inclusive Ir holds) is left out.
 stat_of() {   # stat_of STATSFILE NAME FIELD(calls|incl)
     awk -F'\t' -v n="$2" -v f="$3" '
-        $1 == "F" && ($2 == n || index($2, n "(") == 1) { c += $4; i += $5 }
+        $1 == "F" && ($2 == n || index($2, n "(") == 1) && $2 !~ /\[clone \.cold\]$/ { c += $4; i += $5 }
         END { print (f == "calls" ? c + 0 : i + 0) }' "$1"
 }
 total_of() { awk -F'\t' '$1 == "T" { print $2 }' "$1"; }

@@ -30,9 +30,17 @@
 # server whose core patch passes no pages to the hook) and not with the page
 # LSN (checksums, hooks).  The wal source lists none of them.
 #
+# Last, with checksums (hooks only): a write that bypasses shared buffers
+# keeps the insert position.  A btree CREATE INDEX WAL-logs a page and then
+# writes it with skipFsync; its backend is held in gdb at that write (md.c's
+# write function, skipFsync true), L is taken in the next WAL segment, and
+# the page written after L must be listed since L although its page LSN lies
+# before L.
+#
 # Checked by breaking the rule: with the page LSN used without checksums
 # (XLogHintBitIsNeeded() left out of capture_hooks.cpp's test), the first
-# case fails on all three checks of the restored cluster.
+# case fails on all three checks of the restored cluster; with the page LSN
+# used for writes with skipFsync true, the last check fails.
 
 use strict;
 use warnings;
@@ -40,12 +48,14 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/lib";
 
+use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 use PtrackBackup qw(full_backup incremental_backup restore start_restored);
-use PtrackCluster qw(capture_mode new_node ptrack_node server_has_hooks);
+use PtrackCluster qw(capture_mode new_node ptrack_node server_has_hooks server_major);
 use PtrackOracle qw(pagemapset);
 use PtrackVerify qw(compare_clusters);
 
@@ -173,7 +183,84 @@ for my $checksums (0, 1)
 			"$tag: u's pages written by the backup's checkpoint are listed since its start $l1 "
 			  . "(marked with the insert position): $u_listed of $u_dirty");
 	}
+	bypass_write_case($node) if $checksums && $mode eq 'hooks' && $page_hook;
 	$node->stop;
+}
+
+# The last case of the header: a CREATE INDEX backend held in gdb at its
+# first write with skipFsync (after the page's WAL record), L taken there.
+sub bypass_write_case
+{
+	my ($node) = @_;
+	my ($gdb) = grep { -x $_ } map { "$_/gdb" } split /:/, $ENV{PATH};
+	BAIL_OUT('gdb is not installed: scripts/run-tests.sh installs it (apt-get install gdb)') unless $gdb;
+	my $write_fn = server_major() >= 17 ? 'mdwritev' : 'mdwrite';
+	$node->safe_psql('postgres',
+		"CREATE TABLE idx_src AS SELECT g AS id, md5(g::text) AS key FROM generate_series(1, 50000) g;"
+		  . 'CHECKPOINT');
+
+	my $flags = $node->basedir . '/gdb_flags';
+	mkdir $flags or die "mkdir $flags: $!";
+	my $session = $node->background_psql('postgres');
+	my $pid = $session->query_safe('SELECT pg_backend_pid()');
+	chomp $pid;
+	my $script = "$flags/script.gdb";
+	open my $fh, '>', $script or die "open $script: $!";
+	print $fh <<"GDB";
+set pagination off
+set confirm off
+break $write_fn if skipFsync
+continue
+printf "held block %u\\n", blocknum
+shell touch $flags/HIT
+shell while [ ! -e $flags/RELEASE ]; do sleep 0.1; done
+delete
+detach
+shell touch $flags/DETACHED
+quit
+GDB
+	close $fh;
+	my $gdb_out = '';
+	my $gdb_run = IPC::Run::start([ $gdb, '-nx', '-batch', '-p', $pid, '-x', $script ],
+		'<', \undef, '>&', \$gdb_out);
+	# Waits until gdb's output matches a regex, or a flag file exists.
+	my $wait = sub {
+		my ($what) = @_;
+		my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+		until (ref $what ? $gdb_out =~ $what : -e $what)
+		{
+			$gdb_run->pump_nb;
+			die "gdb never got to $what (is ptrace allowed here?); gdb said:\n$gdb_out"
+			  if time() > $deadline || !$gdb_run->pumpable;
+			usleep(100_000);
+		}
+	};
+	$wait->(qr/Breakpoint 1 at/);
+	$session->query_until(qr//, "CREATE INDEX idx_key ON idx_src (key);\nSELECT 'done';\n");
+	$wait->("$flags/HIT");
+	$gdb_run->pump_nb;
+	my ($held) = $gdb_out =~ /held block (\d+)/ or die "no block number from gdb:\n$gdb_out";
+	# L in the next WAL segment: past the held page's LSN and the 64 KB granule it is stored in.
+	$node->safe_psql('postgres', 'SELECT pg_switch_wal()');
+	my $L = $node->lsn('insert');
+	open my $r, '>', "$flags/RELEASE" or die $!;
+	close $r;
+	$wait->("$flags/DETACHED");
+	$gdb_run->finish;
+	$session->query_safe('SELECT 1');
+	$session->quit;
+
+	my $path = $node->safe_psql('postgres', "SELECT pg_relation_filepath('idx_key')");
+	my $page_lsn =
+	  $node->safe_psql('postgres', "SELECT lsn FROM page_header(get_raw_page('idx_key', $held))");
+	cmp_ok(PtrackOracle::lsn_to_int($page_lsn), '<', PtrackOracle::lsn_to_int($L),
+		"bypass write: block $held of idx_key, written after $L, has the older page LSN $page_lsn");
+	my $map = pagemapset($node, 'postgres', $L);
+	my $blocks = $map->{$path} ? $map->{$path}{blocks} : [];
+	ok((grep { $_ == $held } @$blocks),
+		"bypass write: block $held of $path, written with skipFsync after $L, is listed since $L")
+	  or diag("pagemapset($L) lists for $path: " . (@$blocks ? "@$blocks" : 'nothing'));
+	return;
 }
 
 done_testing();

@@ -131,17 +131,19 @@ __attribute__((noinline)) inline const Map::SegmentRef& next_segment_ref(const R
 
 /*
  * Stores lsn_of(i) into the slots of block `first + i` of `rel`, for i in
- * [0, nblocks).  The segment is looked up once, not per block: md.c writes a
- * vector within one segment, and a relation's hash is computed only when the
- * cache misses (a loop around cached_segment_ref() would let the compiler
- * compute it before the loop on every call).
+ * [0, nblocks), nblocks >= 1.  The segment is looked up once, not per block:
+ * md.c writes a vector within one segment, and a relation's hash is computed
+ * only when the cache misses (a loop around cached_segment_ref() would let
+ * the compiler compute it before the loop on every call).  The first block
+ * is marked before the loop: the buffer manager writes one block at a time.
  */
 template <typename LsnOf>
 __attribute__((always_inline)) inline void mark_blocks(const RelFork& rel, BlockNumber first, uint32_t nblocks,
                                                       LsnOf lsn_of) noexcept
 {
     const Map::SegmentRef* segment = &cached_segment_ref(rel, first);
-    for (uint32_t i = 0; i < nblocks; ++i) {
+    map.mark_in_segment(*segment, first, lsn_of(0));
+    for (uint32_t i = 1; i < nblocks; ++i) {
         const BlockNumber block = first + i;
         if (unlikely(block / static_cast<BlockNumber>(RELSEG_SIZE) != segment->segno))
             segment = &next_segment_ref(rel, block);
@@ -150,7 +152,7 @@ __attribute__((always_inline)) inline void mark_blocks(const RelFork& rel, Block
 }
 
 /*
- * Marks blocks `first` .. `first + nblocks - 1` of a permanent relation
+ * Marks blocks `first` .. `first + nblocks - 1` (nblocks >= 1) of a permanent relation
  * fork as written now (at an LSN never smaller than the LSN of the change
  * written): one announcement and one read of the current LSN for them all.
  * The write path: lock-free, no allocation, no error.  Does nothing when

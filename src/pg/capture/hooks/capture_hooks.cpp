@@ -146,12 +146,6 @@ mdwritev_hook_fn prev_mdwritev_hook = nullptr;
  */
 int page_lsn_marks = -1;
 
-__attribute__((noinline)) bool page_lsn_marks_first_test()
-{
-    page_lsn_marks = XLogIsNeeded() && XLogHintBitIsNeeded() ? 1 : 0;
-    return page_lsn_marks == 1;
-}
-
 void look_up_hooks()
 {
     if (hooks_looked_up)
@@ -182,20 +176,72 @@ void ptrack_mdwrite(PgRelIdBackend rnode, ForkNumber forknum, BlockNumber blockn
     capture_write(rnode, forknum, blocknum);
 }
 
-/* The buffer manager's writes and bypass writes, with the pages (a server whose patch has mdwritev_hook). */
-void ptrack_mdwritev(PgRelIdBackend rnode, ForkNumber forknum, BlockNumber blocknum, const void** buffers,
-                     BlockNumber nblocks, bool skip_fsync)
+/*
+ * The two ways ptrack_mdwritev() marks, each its own function taking the
+ * relation fork by value, so that the hook reaches them with a jump and the
+ * page-LSN path, which calls nothing, saves no registers.
+ */
+__attribute__((noinline)) void mark_pages_written(RelFork rel, BlockNumber blocknum, const void** buffers,
+                                                  BlockNumber nblocks)
 {
-    if (prev_mdwritev_hook)
-        prev_mdwritev_hook(rnode, forknum, blocknum, buffers, nblocks, skip_fsync);
+    capture_pages_written(rel, blocknum, buffers, nblocks);
+}
+
+__attribute__((noinline)) void mark_blocks_written(RelFork rel, BlockNumber blocknum, BlockNumber nblocks)
+{
+    capture_blocks_written(rel, blocknum, nblocks);
+}
+
+/* A process's first buffer-manager write of a main fork: decides page_lsn_marks, then marks. */
+__attribute__((noinline, cold)) void mark_first_buffer_write(RelFork rel, BlockNumber blocknum,
+                                                             const void** buffers, BlockNumber nblocks)
+{
+    page_lsn_marks = XLogIsNeeded() && XLogHintBitIsNeeded() ? 1 : 0;
+    if (page_lsn_marks == 1)
+        mark_pages_written(rel, blocknum, buffers, nblocks);
+    else
+        mark_blocks_written(rel, blocknum, nblocks);
+}
+
+/* The marks of one mdwritev_hook call: with the pages' LSNs where the header's rule allows. */
+__attribute__((always_inline)) inline void mark_written(PgRelIdBackend rnode, ForkNumber forknum,
+                                                       BlockNumber blocknum, const void** buffers,
+                                                       BlockNumber nblocks, bool skip_fsync)
+{
     if (rel_is_temp(rnode))
         return;
     const RelFork rel = rel_fork(rnode, forknum);
-    if (forknum == MAIN_FORKNUM && !skip_fsync &&
-        (likely(page_lsn_marks >= 0) ? page_lsn_marks == 1 : page_lsn_marks_first_test()))
-        capture_pages_written(rel, blocknum, buffers, nblocks);
-    else
-        capture_blocks_written(rel, blocknum, nblocks);
+    if (forknum == MAIN_FORKNUM && !skip_fsync) {
+        if (likely(page_lsn_marks > 0))
+            return mark_pages_written(rel, blocknum, buffers, nblocks);
+        if (unlikely(page_lsn_marks < 0))
+            return mark_first_buffer_write(rel, blocknum, buffers, nblocks);
+    }
+    mark_blocks_written(rel, blocknum, nblocks);
+}
+
+/* ptrack_mdwritev() behind a hook installed before ours: that one first. */
+__attribute__((noinline)) void ptrack_mdwritev_chained(PgRelIdBackend rnode, ForkNumber forknum,
+                                                       BlockNumber blocknum, const void** buffers,
+                                                       BlockNumber nblocks, bool skip_fsync)
+{
+    prev_mdwritev_hook(rnode, forknum, blocknum, buffers, nblocks, skip_fsync);
+    mark_written(rnode, forknum, blocknum, buffers, nblocks, skip_fsync);
+}
+
+/*
+ * The buffer manager's writes and bypass writes, with the pages (a server
+ * whose patch has mdwritev_hook); md.c calls it with nblocks >= 1.  Calls
+ * nothing but jumps to one of the functions above: no register to save.
+ */
+void ptrack_mdwritev(PgRelIdBackend rnode, ForkNumber forknum, BlockNumber blocknum, const void** buffers,
+                     BlockNumber nblocks, bool skip_fsync)
+{
+    if (unlikely(prev_mdwritev_hook != nullptr)) {
+        ptrack_mdwritev_chained(rnode, forknum, blocknum, buffers, nblocks, skip_fsync);
+        return;
+    }
+    mark_written(rnode, forknum, blocknum, buffers, nblocks, skip_fsync);
 }
 
 void ptrack_mdextend(PgRelIdBackend rnode, ForkNumber forknum, BlockNumber blocknum)
