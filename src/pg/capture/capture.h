@@ -130,25 +130,37 @@ __attribute__((noinline)) inline const Map::SegmentRef& next_segment_ref(const R
 }
 
 /*
- * Stores lsn_of(i) into the slots of block `first + i` of `rel`, for i in
- * [0, nblocks), nblocks >= 1.  The segment is looked up once, not per block:
- * md.c writes a vector within one segment, and a relation's hash is computed
- * only when the cache misses (a loop around cached_segment_ref() would let
- * the compiler compute it before the loop on every call).  The first block
- * is marked before the loop: the buffer manager writes one block at a time.
+ * mark_blocks() for more than one block, out of line.  The segment is looked
+ * up once, not per block (md.c writes a vector within one segment), and a
+ * relation's hash only when the cache misses: a loop around
+ * cached_segment_ref() would let the compiler compute it before the loop.
  */
 template <typename LsnOf>
-__attribute__((always_inline)) inline void mark_blocks(const RelFork& rel, BlockNumber first, uint32_t nblocks,
-                                                      LsnOf lsn_of) noexcept
+__attribute__((noinline)) void mark_block_run(const RelFork& rel, BlockNumber first, uint32_t nblocks,
+                                              LsnOf lsn_of) noexcept
 {
     const Map::SegmentRef* segment = &cached_segment_ref(rel, first);
-    map.mark_in_segment(*segment, first, lsn_of(0));
-    for (uint32_t i = 1; i < nblocks; ++i) {
+    for (uint32_t i = 0; i < nblocks; ++i) {
         const BlockNumber block = first + i;
         if (unlikely(block / static_cast<BlockNumber>(RELSEG_SIZE) != segment->segno))
             segment = &next_segment_ref(rel, block);
         map.mark_in_segment(*segment, block, lsn_of(i));
     }
+}
+
+/*
+ * Stores lsn_of(i) into the slots of block `first + i` of `rel`, for i in
+ * [0, nblocks), nblocks >= 1.  One block inline (the buffer manager writes
+ * one at a time), a run out of line.
+ */
+template <typename LsnOf>
+__attribute__((always_inline)) inline void mark_blocks(const RelFork& rel, BlockNumber first, uint32_t nblocks,
+                                                      LsnOf lsn_of) noexcept
+{
+    if (likely(nblocks == 1))
+        map.mark_in_segment(cached_segment_ref(rel, first), first, lsn_of(0));
+    else
+        mark_block_run(rel, first, nblocks, lsn_of);
 }
 
 /*

@@ -176,31 +176,11 @@ void ptrack_mdwrite(PgRelIdBackend rnode, ForkNumber forknum, BlockNumber blockn
     capture_write(rnode, forknum, blocknum);
 }
 
-/*
- * The two ways ptrack_mdwritev() marks, each its own function taking the
- * relation fork by value, so that the hook reaches them with a jump and the
- * page-LSN path, which calls nothing, saves no registers.
- */
-__attribute__((noinline)) void mark_pages_written(RelFork rel, BlockNumber blocknum, const void** buffers,
-                                                  BlockNumber nblocks)
-{
-    capture_pages_written(rel, blocknum, buffers, nblocks);
-}
-
-__attribute__((noinline)) void mark_blocks_written(RelFork rel, BlockNumber blocknum, BlockNumber nblocks)
-{
-    capture_blocks_written(rel, blocknum, nblocks);
-}
-
-/* A process's first buffer-manager write of a main fork: decides page_lsn_marks, then marks. */
-__attribute__((noinline, cold)) void mark_first_buffer_write(RelFork rel, BlockNumber blocknum,
-                                                             const void** buffers, BlockNumber nblocks)
+/* A process's first buffer-manager write of a main fork: decides page_lsn_marks. */
+__attribute__((noinline, cold)) bool page_lsn_marks_first_test()
 {
     page_lsn_marks = XLogIsNeeded() && XLogHintBitIsNeeded() ? 1 : 0;
-    if (page_lsn_marks == 1)
-        mark_pages_written(rel, blocknum, buffers, nblocks);
-    else
-        mark_blocks_written(rel, blocknum, nblocks);
+    return page_lsn_marks == 1;
 }
 
 /* The marks of one mdwritev_hook call: with the pages' LSNs where the header's rule allows. */
@@ -211,13 +191,11 @@ __attribute__((always_inline)) inline void mark_written(PgRelIdBackend rnode, Fo
     if (rel_is_temp(rnode))
         return;
     const RelFork rel = rel_fork(rnode, forknum);
-    if (forknum == MAIN_FORKNUM && !skip_fsync) {
-        if (likely(page_lsn_marks > 0))
-            return mark_pages_written(rel, blocknum, buffers, nblocks);
-        if (unlikely(page_lsn_marks < 0))
-            return mark_first_buffer_write(rel, blocknum, buffers, nblocks);
-    }
-    mark_blocks_written(rel, blocknum, nblocks);
+    if (forknum == MAIN_FORKNUM && !skip_fsync &&
+        (likely(page_lsn_marks > 0) || (unlikely(page_lsn_marks < 0) && page_lsn_marks_first_test())))
+        capture_pages_written(rel, blocknum, buffers, nblocks);
+    else
+        capture_blocks_written(rel, blocknum, nblocks);
 }
 
 /* ptrack_mdwritev() behind a hook installed before ours: that one first. */
@@ -231,8 +209,7 @@ __attribute__((noinline)) void ptrack_mdwritev_chained(PgRelIdBackend rnode, For
 
 /*
  * The buffer manager's writes and bypass writes, with the pages (a server
- * whose patch has mdwritev_hook); md.c calls it with nblocks >= 1.  Calls
- * nothing but jumps to one of the functions above: no register to save.
+ * whose patch has mdwritev_hook); md.c calls it with nblocks >= 1.
  */
 void ptrack_mdwritev(PgRelIdBackend rnode, ForkNumber forknum, BlockNumber blocknum, const void** buffers,
                      BlockNumber nblocks, bool skip_fsync)
