@@ -65,18 +65,9 @@ extern "C" {
 #include "persist/map_persistence.h"
 #include "persist/summary_io.h"
 #include "ptrack/change_set.h"
+#include "ptrack/summary_cuts.h"
 
 namespace ptrack::pg::wal_follower {
-
-/*
- * Redo LSNs learnt ahead of the follower and not reached yet (on 15 only
- * GetRedoRecPtr() tells them, and a follower behind the WAL may learn the
- * next one before it reaches the last): each may be a backup's start.  When
- * more are pending, the one whose loss joins the least WAL goes (never the
- * newest): a backup starting there gets the blocks of one summary more,
- * never fewer.
- */
-constexpr uint32_t kMaxRedoTargets = 16;
 
 /*
  * The exact change set (ptrack/change_set.h) the follower records, and how
@@ -86,8 +77,9 @@ constexpr uint32_t kMaxRedoTargets = 16;
  * exactly at a cut's LSN belongs to the later summary.  The in-memory set
  * holds every change at an LSN >= set_start that the follower has applied
  * (records ending before set_start are not recorded: nothing claims them).
- * A cut writes the set as [set_start, cut_at) and starts a new one at
- * cut_at (follower_cuts.cpp says where):
+ * A cut writes the set as [set_start, cut.at) and starts a new one at
+ * cut.at; where is decided by the engine (ptrack/summary_cuts.h), asked by
+ * follower_cuts.cpp:
  *   - at follower.next + 1 (saves, requests, a full set): the last record
  *     applied ends at next, so [.., next + 1) holds it and no record ends
  *     inside; the map's covered LSN C goes with a chain ending at C + 1.
@@ -98,8 +90,8 @@ constexpr uint32_t kMaxRedoTargets = 16;
  *   - at a redo LSN R before the first record ending at or after R is
  *     applied (nothing to move), or, when the follower stands exactly at R,
  *     at R with the last record (ending at R) read again into the new set
- *     (cut_readd); such summaries carry kSummaryEndsAtRedo;
- *   - at next with cut_readd when an add was refused (the set is full): the
+ *     (cut.readd); such summaries carry kSummaryEndsAtRedo;
+ *   - at next with cut.readd when an add was refused (the set is full): the
  *     written set may hold part of that record (extra), the new one all of it.
  * A cut that cannot be written (disk full) is retried with a pause and no
  * WAL is applied meanwhile: the set is never dropped.
@@ -124,21 +116,13 @@ struct Summaries {
     ChangeSet* set;            /* in private memory of follower_summaries.cpp; nullptr until the follower runs */
     size_t budget_bytes;       /* what `set` was built with */
     Lsn set_start;             /* the set holds every change at an LSN >= it (see above) */
-    Lsn cut_at;                /* a cut to write before anything else is applied; 0: none */
-    bool cut_readd;            /* after that cut, read the last record again into the new set */
-    uint32_t cut_flags;        /* header flags of that summary (kSummaryEndsAtRedo) */
-    Lsn redo_targets[kMaxRedoTargets]; /* checkpoints' redo LSNs still ahead of the follower, ascending */
-    uint32_t redo_target_count;
-    Lsn redo_seen;             /* the last redo LSN learnt (GetRedoRecPtr(), CHECKPOINT_REDO) */
-    TimestampTz redo_noted_at; /* when a redo LSN last became a cut target (note_redo()) */
+    SummaryCut cut;            /* a cut to write before anything else is applied; cut.at 0: none */
+    RedoWatch redo;            /* the redo LSNs learnt (GetRedoRecPtr(), CHECKPOINT_REDO): the targets ahead,
+                                  and the summary a late one marks (mark_plain_summary()) */
     bool refused;              /* an add of the current record answered kRefused */
     bool cut_soon;             /* an add answered kCutSoon */
     Lsn last_start;            /* start of the last record applied (ending at follower.next); 0: unknown */
     Lsn last_end;              /* where that record ends (cut_at_last_record_end() checks it is follower.next) */
-    Lsn plain_start, plain_end; /* the last summary written ending at a record's end without kSummaryEndsAtRedo
-                                  (cut_readd); 0: none.  A redo LSN learnt there later marks it (note_redo()). */
-    Lsn mark_start, mark_end;  /* such a summary a redo LSN was learnt at the end of, to be marked between
-                                  batches (mark_plain_summary()); 0: none */
     TimeLineID scan_tli;       /* while records before set_start are skipped because the startup scan's
                                   summaries hold them (summaries_continue_scan()): the timeline it read;
                                   0 otherwise (guard_scan_chain()) */
@@ -212,6 +196,13 @@ inline void add_block_range(const RelFork& rel, BlockNumber from, BlockNumber to
         note_add(summaries.set->add_block(rel, b));
 }
 
+/* Where the follower stands, for the cut decisions (ptrack/summary_cuts.h). */
+inline FollowerPosition position()
+{
+    return FollowerPosition{follower.next, follower.next_is_record_end, follower.read_record_ending_at_next,
+                            summaries.last_start, summaries.last_end};
+}
+
 /* A step on the summary files waits (Summaries): nothing is applied, cut or saved. */
 inline bool summaries_held()
 {
@@ -246,8 +237,6 @@ void summaries_start_fresh(Lsn start);
 bool summaries_continue_scan(Lsn claim, Lsn reads_from);
 void guard_scan_chain(XLogReaderState* reader);
 void summaries_resume(Lsn start, Lsn covered);
-void drop_redo_targets_through(Lsn lsn);
-void add_redo_target(Lsn redo);
 void summaries_after_restart(Lsn lsn);
 void restart_summaries_after_overflow();
 

@@ -11,10 +11,12 @@
  * writes the summary and starts the next set; one that cannot be written
  * waits, and no WAL is applied until it is.
  *
- * Why here and not in the reading loop: every caller (the loop before and
- * after each record, the main loop between batches, the saves) asks the
- * same questions of the same state, and a cut is the one step that writes
- * a file in the middle of the follower's work.
+ * The decisions themselves are pure and unit-tested in the engine
+ * (ptrack/summary_cuts.h): this file asks them with the follower's state
+ * (position()) and carries them out.  Every caller (the loop before and
+ * after each record, the main loop between batches, the saves) goes
+ * through here, since a cut is the one step that writes a file in the
+ * middle of the follower's work.
  */
 extern "C" {
 #include "postgres.h"
@@ -30,16 +32,6 @@ extern "C" {
 namespace ptrack::pg::wal_follower {
 
 namespace {
-
-/*
- * A redo LSN closer in time than kMinRedoCutMs to the last one cut at, with
- * less than kMaxRedoLetGoWal bytes of WAL since the summary being built
- * began, is not cut at (note_redo()).  Both must hold: a follower catching
- * up reads the redo LSNs of minutes of checkpoints within milliseconds, and
- * each of them may be a backup's start.
- */
-constexpr int kMinRedoCutMs = 200;
-constexpr Lsn kMaxRedoLetGoWal = 1024 * 1024;
 
 /* A record read again after a cut: its changes go to the new set only (the map has them). */
 class SetOnlySink final : public WalChangeSink {
@@ -110,29 +102,7 @@ void readd_by_database()
 
 void schedule_cut(Lsn at, bool readd, uint32_t flags)
 {
-    summaries.cut_at = at;
-    summaries.cut_readd = readd;
-    summaries.cut_flags = flags;
-}
-
-/*
- * The LSN of a cut after everything applied: follower.next + 1 (the last
- * record ends at next; records end at MAXALIGNed positions, so none ends at
- * next + 1 or next + 2), next + 2 when the set starts at next + 1 already
- * (it holds only what walks found since); 0 when the set starts later still
- * (nothing it would vouch for has been applied yet) or the record ending at
- * next has not been read yet.
- */
-Lsn cut_point_now()
-{
-    /* The record ending at next is still to be read (a catch-up from a base backup's redo LSN). */
-    if (follower.read_record_ending_at_next)
-        return 0;
-    if (summaries.set_start <= follower.next)
-        return follower.next + 1;
-    if (summaries.set_start == follower.next + 1)
-        return follower.next + 2;
-    return 0;
+    summaries.cut = SummaryCut{at, readd, flags};
 }
 
 /* Reads the last record applied (ending at follower.next) again; an ERROR is a read error (tracking restarts). */
@@ -155,9 +125,9 @@ void reread_last_record()
 bool cut_at_last_record_end();
 
 /*
- * Writes the cut waiting in summaries.cut_at: the set as the summary
- * [set_start, cut_at), then an empty set from cut_at, the last record read
- * again into it if cut_readd, and the walks' growth the summary does not
+ * Writes the cut waiting in summaries.cut: the set as the summary
+ * [set_start, cut.at), then an empty set from cut.at, the last record read
+ * again into it if cut.readd, and the walks' growth the summary does not
  * hold at its date (growth_replay_pending()).  False if the summary could
  * not be written (WARNING logged): nothing changed, retried after a pause.
  */
@@ -165,19 +135,19 @@ bool perform_cut()
 {
     if (summaries_held())
         return false; /* nothing is written before the files it no longer vouches for are gone */
-    const Lsn end = summaries.cut_at;
+    const Lsn end = summaries.cut.at;
     if (end <= summaries.set_start) {
-        summaries.cut_at = 0; /* nothing to write: never scheduled so, but never an empty range */
+        summaries.cut.at = 0; /* nothing to write: never scheduled so, but never an empty range */
         return true;
     }
     /* A cut just past the last record (a save's, a full set's): a summary ends at that record's end first. */
-    if (end == follower.next + 1 && !summaries.cut_readd && summaries.cut_flags == 0) {
+    if (cut_at_last_record_end_first(summaries.cut, follower.next)) {
         if (!cut_at_last_record_end())
-            return false; /* that cut waits in cut_at; the caller asks for this one again */
+            return false; /* that cut waits in summaries.cut; the caller asks for this one again */
         schedule_cut(end, false, 0);
     }
     /* Before anything changes: a record that cannot be read again must not leave the set half done. */
-    if (summaries.cut_readd)
+    if (summaries.cut.readd)
         reread_last_record();
     /* Every record ending before `end` is applied: the walks' growth dated before it goes in, past what the WAL dated. */
     growth_settle_pending(end, false);
@@ -186,7 +156,7 @@ bool perform_cut()
     SummaryHeader written;
     bool ok = cursor != nullptr;
     if (ok) {
-        ok = summary_write_durably(*cursor, summaries.set_start, end, current_timeline(), summaries.cut_flags,
+        ok = summary_write_durably(*cursor, summaries.set_start, end, current_timeline(), summaries.cut.flags,
                                    &written);
         set.close_cursor(cursor);
     } else {
@@ -208,11 +178,8 @@ bool perform_cut()
                             static_cast<unsigned long long>(written.block_count), written.database_count)));
     ++summaries.written;
     clear_problem(shared->summary_write_error); /* after failures: written again */
-    const bool readd = summaries.cut_readd;
-    if (readd && (summaries.cut_flags & kSummaryEndsAtRedo) == 0) {
-        summaries.plain_start = summaries.set_start;
-        summaries.plain_end = end;
-    }
+    const bool readd = summaries.cut.readd;
+    summary_written(summaries.redo, summaries.set_start, summaries.cut);
     empty_set_from(end);
     if (readd) {
         /* The record ending at `end` belongs to the new summary (the map has it: the set only). */
@@ -243,12 +210,11 @@ bool perform_cut()
  * previous redo LSN (t/003: 140,103 pages of a load listed).  The cost: a
  * small summary more per such cut (retention combines them).  True if the
  * summary was written or none was needed; false if it could not be (it
- * waits in cut_at).
+ * waits in summaries.cut).
  */
 bool cut_at_last_record_end()
 {
-    if (summaries.set_start >= follower.next || !follower.next_is_record_end || follower.read_record_ending_at_next ||
-        summaries.last_start == 0 || summaries.last_end != follower.next)
+    if (!splits_at_last_record_end(position(), summaries.set_start))
         return true; /* a summary starts there already, or the last record is not known: nothing to split */
     schedule_cut(follower.next, true, 0);
     return perform_cut();
@@ -259,12 +225,13 @@ bool cut_at_last_record_end()
 /* The marking note_redo() asked for, between batches (before retention could combine the boundary). */
 void mark_plain_summary()
 {
-    if (summaries.mark_end == 0 || summaries_held())
+    RedoWatch& redo = summaries.redo;
+    if (redo.mark_end == 0 || summaries_held())
         return;
-    if (!summary_mark_ends_at_redo(summaries.mark_start, summaries.mark_end))
+    if (!summary_mark_ends_at_redo(redo.mark_start, redo.mark_end))
         ereport(DEBUG1, (errmsg("ptrack could not mark the summary ending at redo LSN %X/%X as such",
-                                PTRACK_LSN_ARGS(summaries.mark_end))));
-    summaries.mark_start = summaries.mark_end = 0;
+                                PTRACK_LSN_ARGS(redo.mark_end))));
+    redo.mark_start = redo.mark_end = 0;
 }
 
 /* The main loop's retry of a cut that could not be written, once its pause has passed. */
@@ -288,53 +255,11 @@ bool retry_pending_cut()
  */
 bool note_redo(Lsn redo)
 {
-    if (redo == 0 || redo == summaries.redo_seen)
+    if (!ptrack::note_redo(summaries.redo, redo, position(), summaries.set_start, summaries.cut.at != 0,
+                           GetCurrentTimestamp()))
         return false;
-    if (redo <= summaries.set_start) {
-        /*
-         * Learnt after a cut past it.  At a record's end a summary may end
-         * already (cut_at_last_record_end()): marked as ending at a redo LSN,
-         * retention keeps that boundary, and a backup starting there gets
-         * none of the summary before.
-         */
-        if (redo == summaries.plain_end) {
-            summaries.mark_start = summaries.plain_start;
-            summaries.mark_end = summaries.plain_end;
-        }
-        return false;
-    }
-    summaries.redo_seen = redo;
-    /* The summary that would end at `redo` starts at the newest target before it, or at the set's start. */
-    Lsn since = summaries.set_start;
-    for (uint32_t i = 0; i < summaries.redo_target_count && summaries.redo_targets[i] <= redo; ++i) {
-        if (summaries.redo_targets[i] == redo)
-            return false; /* learnt already (GetRedoRecPtr(), then its CHECKPOINT_REDO record) */
-        since = summaries.redo_targets[i];
-    }
-    /*
-     * A storm of checkpoints (hundreds a second: CHECKPOINT in a loop) would
-     * cost one fsync'd file each and leave the follower behind the WAL.  No
-     * backup starts that often: a redo LSN within kMinRedoCutMs of the last
-     * one taken is let go when the summary being built holds less than
-     * kMaxRedoLetGoWal of WAL before it, and a backup starting there gets
-     * the extra blocks of that little WAL, never fewer.  The time alone is
-     * no measure: a follower catching up (the 1 GB load before t/003's full
-     * backup) reads many redo LSNs within it, far apart in the WAL.
-     */
-    const TimestampTz now = GetCurrentTimestamp();
-    if (summaries.redo_noted_at != 0 && !TimestampDifferenceExceeds(summaries.redo_noted_at, now, kMinRedoCutMs) &&
-        redo - since < kMaxRedoLetGoWal)
-        return false;
-    summaries.redo_noted_at = now;
-    if (redo > follower.next) {
-        add_redo_target(redo);
-        return false;
-    }
-    if (redo == follower.next && follower.next_is_record_end && summaries.last_start != 0 && summaries.cut_at == 0) {
-        schedule_cut(redo, true, kSummaryEndsAtRedo);
-        return true;
-    }
-    return false;
+    schedule_cut(redo, true, kSummaryEndsAtRedo);
+    return true;
 }
 
 /*
@@ -345,15 +270,11 @@ bool note_redo(Lsn redo)
  */
 bool cut_before_record(Lsn end)
 {
-    while (summaries.redo_target_count > 0 && summaries.redo_targets[0] <= end) {
-        const Lsn target = summaries.redo_targets[0];
-        drop_redo_targets_through(target);
-        if (follower.next >= target || target <= summaries.set_start)
-            continue;
-        schedule_cut(target, false, kSummaryEndsAtRedo);
-        return true;
-    }
-    return false;
+    const Lsn target = ptrack::cut_before_record(summaries.redo.targets, end, follower.next, summaries.set_start);
+    if (target == 0)
+        return false;
+    schedule_cut(target, false, kSummaryEndsAtRedo);
+    return true;
 }
 
 /*
@@ -363,23 +284,22 @@ bool cut_before_record(Lsn end)
  */
 void cut_after_record()
 {
-    if (summaries.refused) {
-        if (follower.next > summaries.set_start)
-            schedule_cut(follower.next, true, 0);
-        else
-            restart_summaries_after_overflow();
-    } else if (summaries.cut_soon) {
-        schedule_cut(follower.next + 1, false, 0);
-    }
+    bool restart = false;
+    const SummaryCut cut =
+        ptrack::cut_after_record(summaries.refused, summaries.cut_soon, follower.next, summaries.set_start, &restart);
+    if (restart)
+        restart_summaries_after_overflow();
+    else if (cut.at != 0)
+        summaries.cut = cut;
 }
 
 /* Outside a record (a walk's growth filled the set): cut after what was applied. */
 void cut_when_full()
 {
-    if (!summaries.cut_soon || summaries.cut_at != 0)
+    if (!summaries.cut_soon || summaries.cut.at != 0)
         return;
     summaries.cut_soon = false;
-    if (const Lsn at = cut_point_now())
+    if (const Lsn at = cut_point_now(position(), summaries.set_start))
         schedule_cut(at, false, 0);
 }
 
@@ -400,14 +320,17 @@ bool cut_for_save(bool* deferred)
     *deferred = false;
     if (summaries_held())
         return false;
-    if (summaries.cut_at != 0 && !perform_cut())
+    if (summaries.cut.at != 0 && !perform_cut())
         return false;
-    if (summaries.set_start > follower.next + 1 && summaries.set_start > init_lsn()) {
+    switch (save_cut(summaries.set_start, follower.next, init_lsn())) {
+    case SaveCut::kDeferred:
         *deferred = true; /* the chain ends ahead: the save comes when the follower gets there */
         return false;
-    }
-    if (summaries.set_start > follower.next)
+    case SaveCut::kNone:
         return true; /* a fresh set not reached yet, or the chain ends at next + 1 already */
+    case SaveCut::kCut:
+        break;
+    }
     schedule_cut(follower.next + 1, false, 0);
     return perform_cut();
 }
@@ -421,12 +344,12 @@ bool cut_on_request()
 {
     if (summaries_held())
         return false;
-    if (summaries.cut_at != 0 && !perform_cut())
+    if (summaries.cut.at != 0 && !perform_cut())
         return false;
     /* First, so that the growth taken whole below goes to the summary ending at `at`, which every answer takes. */
     if (!cut_at_last_record_end())
         return false;
-    const Lsn at = cut_point_now();
+    const Lsn at = cut_point_now(position(), summaries.set_start);
     /* The growth walks found, whole where the follower has not applied the WAL up to its date. */
     growth_settle_pending(at, true);
     if (summaries.set->empty() && summaries.set_start > follower.next)

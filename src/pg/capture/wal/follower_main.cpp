@@ -287,7 +287,7 @@ void follow()
             continue;
         }
         /* A cut waiting to be written comes first: no WAL is applied until it is (the slot keeps it). */
-        if (summaries.cut_at != 0 && !retry_pending_cut()) {
+        if (summaries.cut.at != 0 && !retry_pending_cut()) {
             sleep_until_woken();
             continue;
         }
@@ -304,7 +304,7 @@ void follow()
             batch_delay();
         /* The file watch's events, read often so that its queue seldom overflows (growth_watch.h). */
         watch_drain();
-        if (cut_wanted && follower.at_end && summaries.cut_at == 0) {
+        if (cut_wanted && follower.at_end && summaries.cut.at == 0) {
             /*
              * Caught up with the WAL written before the request, and the
              * growth of a walk that started after every walk request made
@@ -326,7 +326,7 @@ void follow()
         mark_plain_summary();
         /* Expired and combinable summaries (a few files' work at most; nothing when nothing is new). */
         summary_retention_pass();
-        if (applied == 0 && summaries.cut_at == 0)
+        if (applied == 0 && summaries.cut.at == 0)
             sleep_until_woken();
         else
             CHECK_FOR_INTERRUPTS(); /* more WAL, or a cut to write first */

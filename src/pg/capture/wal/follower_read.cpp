@@ -179,7 +179,7 @@ int apply_available(int budget)
     }
     XLogBeginRead(reader, first);
     int applied = 0;
-    while (applied < budget && summaries.cut_at == 0 && !summaries_held()) {
+    while (applied < budget && summaries.cut.at == 0 && !summaries_held()) {
         char* errormsg = NULL;
         if (XLogReadRecord(reader, &errormsg) == NULL) {
             if (follower.page->end_of_wal) {

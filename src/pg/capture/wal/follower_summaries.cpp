@@ -10,8 +10,8 @@
  * directory unusable) holds the follower until it can: nothing is applied,
  * cut or saved meanwhile, so the map never gets ahead of the summaries.
  *
- * Also the redo-target queue's bookkeeping, and the growth the file walks
- * record into the set.  Where a summary ends is follower_cuts.cpp's.
+ * Also the growth the file walks record into the set.  Where a summary ends
+ * is follower_cuts.cpp's.
  */
 extern "C" {
 #include "postgres.h"
@@ -46,16 +46,16 @@ void publish_summarized_start()
     publish(&shared->follower.summarized_lsn, summaries_held() ? 0 : summaries.set_start);
 }
 
-/* A new start of the summaries at `start`: also forgets the redo target and the last record. */
+/* A new start of the summaries at `start`: also forgets the redo targets, the summary to mark and the last record. */
 void restart_set(Lsn start)
 {
     empty_set_from(start);
     summaries.scan_tli = 0;
-    summaries.redo_target_count = 0;
+    summaries.redo.targets.clear();
     summaries.last_start = 0;
     summaries.last_end = 0;
-    summaries.plain_start = summaries.plain_end = 0;
-    summaries.mark_start = summaries.mark_end = 0;
+    summaries.redo.plain_start = summaries.redo.plain_end = 0;
+    summaries.redo.mark_start = summaries.redo.mark_end = 0;
     summaries.gap_count = 0;
     publish_summarized_start();
 }
@@ -177,9 +177,7 @@ void empty_set_from(Lsn start)
     else
         summaries.set->clear();
     summaries.set_start = start;
-    summaries.cut_at = 0;
-    summaries.cut_readd = false;
-    summaries.cut_flags = 0;
+    summaries.cut = SummaryCut{0, false, 0};
     summaries.backoff_s = 0;
     summaries.refused = false;
     summaries.cut_soon = false;
@@ -270,7 +268,7 @@ bool summaries_continue_scan(Lsn claim, Lsn reads_from)
 void summaries_after_restart(Lsn lsn)
 {
     summaries.set_start = Max(summaries.set_start, lsn);
-    drop_redo_targets_through(summaries.set_start);
+    summaries.redo.targets.drop_through(summaries.set_start);
     Lsn kept = 0;
     if (start_held_step(HeldStep::kRemoveAll, "change tracking restarted", 0, &kept))
         summaries_unheld(0, false);
@@ -334,54 +332,6 @@ void summaries_resume(Lsn start, Lsn covered)
     summaries.backoff_s = backoff_s;
     if (done)
         summaries_unheld(kept, true);
-}
-
-/* Forgets the redo targets at or before `lsn` (passed, or no later than the set's start). */
-void drop_redo_targets_through(Lsn lsn)
-{
-    uint32_t n = 0;
-    while (n < summaries.redo_target_count && summaries.redo_targets[n] <= lsn)
-        ++n;
-    summaries.redo_target_count -= n;
-    memmove(summaries.redo_targets, summaries.redo_targets + n, summaries.redo_target_count * sizeof(Lsn));
-}
-
-/*
- * Adds `redo` to the targets, in order (once).  Full: the target whose loss
- * joins the two smallest summaries around it goes, never the newest (the
- * likeliest backup start); a backup starting at the one lost takes both.
- */
-void add_redo_target(Lsn redo)
-{
-    Lsn* t = summaries.redo_targets;
-    uint32_t n = summaries.redo_target_count;
-    uint32_t at = n;
-    while (at > 0 && t[at - 1] > redo)
-        --at;
-    if (at > 0 && t[at - 1] == redo)
-        return;
-    if (n == kMaxRedoTargets) {
-        /* Candidates: the kept ones and `redo`, in order; the newest of them always stays. */
-        Lsn all[kMaxRedoTargets + 1];
-        memcpy(all, t, at * sizeof(Lsn));
-        all[at] = redo;
-        memcpy(all + at + 1, t + at, (n - at) * sizeof(Lsn));
-        uint32_t drop = 0;
-        Lsn best = UINT64_MAX;
-        for (uint32_t i = 0; i < n; ++i) {
-            const Lsn before = i == 0 ? summaries.set_start : all[i - 1];
-            if (all[i + 1] - before < best) {
-                best = all[i + 1] - before;
-                drop = i;
-            }
-        }
-        memcpy(t, all, drop * sizeof(Lsn));
-        memcpy(t + drop, all + drop + 1, (n - drop) * sizeof(Lsn));
-        return;
-    }
-    memmove(t + at + 1, t + at, (n - at) * sizeof(Lsn));
-    t[at] = redo;
-    summaries.redo_target_count = n + 1;
 }
 
 /*
