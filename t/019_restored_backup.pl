@@ -106,7 +106,7 @@ my $rinit = init_lsn($restored);
 note "restored server: ptrack_init_lsn() $rinit";
 if (capture_mode() eq 'wal')
 {
-	# The summaries of the WAL read before recovery (scan_summary.cpp), then
+	# The summaries of the WAL read before recovery (scan_summary_writer.cpp), then
 	# the follower's: one unbroken chain from the backup's redo LSN, none of
 	# the primary's files left.
 	# A combine in progress overlaps its inputs for a moment: list until it is done.

@@ -44,7 +44,7 @@ PTRACK_FRAME_SAFE(StartupScan);
 
 /*
  * A second destination for what the scan reads (the wal source records a
- * restored backup's WAL as change summaries too: capture/wal/scan_summary.h).
+ * restored backup's WAL as change summaries too: capture/wal/scan_summary_writer.h).
  * begin() is called once, with the first LSN the scan proves (the
  * scanned_from() below), before any record; then every record is sent to
  * the recorder after the map, and record_done() is called with the record's

@@ -165,7 +165,7 @@ struct SharedState {
     Lsn restored_scan_end;     /* ... to this one, read before recovery; 0 if not (wal_load.cpp) */
     bool resume_at_scan_end;   /* the follower may start reading at restored_scan_end (a restored primary) */
     Lsn restored_summary_from; /* wal, a restored backup: the scan's range written as change summaries, */
-    Lsn restored_summary_end;  /* [from, end); 0 if not (capture/wal/scan_summary.h) */
+    Lsn restored_summary_end;  /* [from, end); 0 if not (capture/wal/scan_summary_writer.h) */
     uint32_t restored_summary_timeline; /* the timeline that WAL was read on */
     Atomic<uint64_t> restart_count; /* tracking restarts since the server started */
     FollowerProgress follower;

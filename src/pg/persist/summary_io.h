@@ -61,7 +61,7 @@ struct SummaryFileRef {
  * ptrack.wal_summary_memory, in MB (defined with the follower's settings,
  * capture_wal.cpp), and the budget of a change set it gives now, in bytes
  * (at least ChangeSet::kMinBudget): the follower's set, and the
- * postmaster's for a restored backup's WAL (capture/wal/scan_summary.h).
+ * postmaster's for a restored backup's WAL (capture/wal/scan_summary_writer.h).
  */
 extern int wal_summary_memory_mb;
 size_t wal_summary_budget_bytes();

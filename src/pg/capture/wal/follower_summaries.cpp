@@ -229,7 +229,7 @@ void summaries_start_fresh(Lsn start)
 
 /*
  * A fresh start that may go on from the summaries the postmaster wrote of a
- * restored backup's WAL, [from, end) (scan_summary.h): where the map's
+ * restored backup's WAL, [from, end) (scan_summary_writer.h): where the map's
  * fresh start claims the same range (its ptrack_init_lsn() `claim` is no
  * later than `from`) and reading sees every record ending at or after
  * `reads_from` (no later than `end`: no hole after the scan).  Keeps that

@@ -22,7 +22,7 @@ extern "C" {
 
 #include "capture/file_growth.h"
 #include "capture/startup_scan.h"
-#include "capture/wal/scan_summary.h"
+#include "capture/wal/scan_summary_writer.h"
 #include "capture/wal/wal_load.h"
 #include "persist/map_persistence.h"
 
@@ -86,7 +86,7 @@ Lsn presize_before_recovery()
  * backup: marks what the WAL in pg_wal changed from the backup's redo LSN
  * on (the WAL recovery is about to replay, beginning with the record that
  * ends at the redo LSN if pg_wal holds it), writes the same as change
- * summaries (scan_summary.h), and records both ranges in `state` for the
+ * summaries (scan_summary_writer.h), and records both ranges in `state` for the
  * follower (follower_slot_start.cpp).
  *
  * A standby's follower starts at consistency and reads from the redo LSN
@@ -119,7 +119,7 @@ void scan_restored_backup(const ControlFileData& control, Lsn redo, Map* map, Sh
     log_startup_scan(scan, "since the base backup's redo LSN");
     state->restored_scan_from = scanned_from(scan, redo, control.xlog_seg_size);
     state->restored_scan_end = scan.end;
-    /* The same range as summaries (scan_summary.h): the follower's chain goes on from its end. */
+    /* The same range as summaries (scan_summary_writer.h): the follower's chain goes on from its end. */
     const ScanChain chain = summaries.finish(scan.end);
     state->restored_summary_from = chain.start_lsn;
     state->restored_summary_end = chain.end_lsn;
