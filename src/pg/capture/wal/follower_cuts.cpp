@@ -76,8 +76,8 @@ DatabaseOnlySink database_only_sink;
 /*
  * In perform_cut(), the set just emptied and the last record read again
  * into it, refused: its changes alone do not fit in the whole budget (one
- * transaction dropping or truncating tens of thousands of relations: a
- * tester's 15,000 tables in 4 MB).  The set holds nothing but that record
+ * transaction dropping or truncating tens of thousands of relations).  The
+ * set holds nothing but that record
  * (no walk's growth is replayed into it yet), so it is cleared and takes the
  * record again as whole databases: an answer across the record lists every
  * file of those databases (extra blocks, never fewer; the dropped files are
@@ -203,12 +203,12 @@ bool perform_cut()
  * learnt after that cut, right at follower.next, still has a summary
  * starting there.  A checkpoint begun just after the one whose record the
  * follower has applied has its redo LSN exactly there (a backup's fast
- * checkpoint requested during a spread one: t/003's full backup); the
- * follower at the end of the WAL could save before that redo LSN was
- * written, no summary started at it (note_redo() finds it below set_start),
- * and the backup's answer took the whole summary before, back to the
- * previous redo LSN (t/003: 140,103 pages of a load listed).  The cost: a
- * small summary more per such cut (retention combines them).  True if the
+ * checkpoint requested during a spread one), and the follower at the end of
+ * the WAL may cut past it before that redo LSN is written: note_redo() then
+ * finds it below set_start, and without a summary ending there a backup
+ * starting at it would take the whole summary before, back to the previous
+ * redo LSN.  The cost: a small summary more per such cut (retention
+ * combines them).  True if the
  * summary was written or none was needed; false if it could not be (it
  * waits in summaries.cut).
  */

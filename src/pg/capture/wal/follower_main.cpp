@@ -65,8 +65,8 @@ namespace {
 
 /*
  * A save (after a checkpoint record) comes at most this often, in ms: a
- * storm of checkpoints (t/010 issues hundreds a second) would otherwise
- * cost a walk and a map flush each and leave the follower behind the WAL.
+ * storm of checkpoints (hundreds a second) would otherwise cost a walk and
+ * a map flush each and leave the follower behind the WAL.
  * A later save only keeps the WAL a little longer (the slot advances at
  * each save) and a restarted follower reads a little more again.
  */
@@ -198,11 +198,10 @@ void restart_after_read_error()
  * (FollowerProgress::walk_target).  A record may lower a remembered size
  * (a truncation, a drop: growth_truncated()), and a file truncated by it
  * and grown again without WAL before the call shows that growth only to a
- * walk made after the record was applied.  A walk made earlier in the same
+ * walk made after the record was applied: a walk made earlier in the same
  * call (the follower applies at most 1000 records between two looks at the
- * requests) saw the regrown file against the size from before the
- * truncation, found nothing, and the call returned without another walk
- * (t/039 section 4).  The walk is watched when the file watch vouches for
+ * requests) would see the regrown file against the size from before the
+ * truncation and find nothing.  The walk is watched when the file watch vouches for
  * the files it does not look at (growth_watch.h), else full.
  */
 void walk_for_calls()
