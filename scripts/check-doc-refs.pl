@@ -140,7 +140,7 @@ sub check_place {
 	my @matches = grep { $_ eq $file || m{/\Q$file\E$} } @tracked;
 	return unless @matches == 1;
 	my $code = code_without_comments($matches[0]);
-	my $found = $file =~ /\.h$/ ? $code =~ /\b\Q$name\E\s*\(/ : $code =~ /^[A-Za-z].*\b\Q$name\E\s*\(/m;
+	my $found = $file =~ /\.h$/ ? $code =~ /\b\Q$name\E\s*\(/ : $code =~ /^[A-Za-z_].*\b\Q$name\E\s*\(/m;
 	push @problems, "$doc:$line_no: places $name() in $file, which does not "
 		. ($file =~ /\.h$/ ? "declare or define" : "define") . " it"
 		unless $found;
