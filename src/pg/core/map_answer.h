@@ -3,7 +3,7 @@
  * limit table say changed since a start LSN: the map's answer to
  * ptrack_get_pagemapset(start_lsn), one file at a time, during a walk of
  * the data directory (datadir_walk.h).  Its users: the SQL functions when
- * the map answers (sql/sql_functions.cpp, sql/pagemap_scan.h),
+ * the map answers (sql/sql_functions.cpp),
  * ptrack_verify() (sql/verify.cpp), and the WAL follower's migration of a
  * map into a change summary (capture/wal/map_migration.cpp), which is why
  * it sits in core/, beneath both.

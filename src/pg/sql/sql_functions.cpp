@@ -35,7 +35,7 @@ PG_FUNCTION_INFO_V1(ptrack_get_change_stat);
 #include "core/boundary.h"
 #include "capture/capture_source.h"
 #include "core/datadir_walk.h"
-#include "sql/pagemap_scan.h"
+#include "sql/answer_start.h"
 #include "sql/summary_scan.h"
 #include "ptrack/pagemap.h"
 #include "core/shared_state.h"

@@ -49,7 +49,7 @@ PG_FUNCTION_INFO_V1(ptrack_status);
 #include "core/shared_state.h"
 #include "persist/map_persistence.h"
 #include "persist/summary_io.h"
-#include "sql/pagemap_scan.h"
+#include "sql/answer_start.h"
 
 namespace ptrack::pg {
 

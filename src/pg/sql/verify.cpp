@@ -4,7 +4,7 @@
  *
  * It reads the page header of every block of every permanent relation
  * segment file (the files and rules of ptrack_get_pagemapset(), shared
- * through pagemap_scan.h) and returns every block whose page LSN is at or
+ * through core/map_answer.h) and returns every block whose page LSN is at or
  * after start_lsn but that ptrack_get_pagemapset(start_lsn) does not list:
  * a block a backup from start_lsn would not copy although it changed.  The
  * page LSN is the end of the last WAL record that changed the page, so it is
@@ -80,7 +80,7 @@ PG_FUNCTION_INFO_V1(ptrack_verify);
 #include "capture/capture.h"
 #include "capture/capture_source.h"
 #include "core/datadir_walk.h"
-#include "sql/pagemap_scan.h"
+#include "sql/answer_start.h"
 #include "sql/summary_scan.h"
 #include "core/shared_state.h"
 #include "sql/verify.h"
