@@ -50,7 +50,7 @@ use PtrackSummaries qw(summary_dir summaries chain_break describe_summaries lsn_
 plan skip_all => 'summaries are written by the WAL follower (wal capture only)'
   unless capture_mode() eq 'wal';
 
-my $node = ptrack_node('retention', conf => "autovacuum = off\ncheckpoint_timeout = 1h\nptrack.wal_answer_source = summaries\n");
+my $node = ptrack_node('retention', conf => "autovacuum = off\ncheckpoint_timeout = 1h\n");
 $node->start;
 my $pgdata = $node->data_dir;
 my $dir = summary_dir($pgdata);

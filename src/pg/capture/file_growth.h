@@ -116,8 +116,7 @@ bool growth_prepare_hooks_save(Lsn covered, Lsn loaded_covered);
 /*
  * A WAL record ending at `lsn` references `block` of `rel`: the file had at
  * least block + 1 blocks before it, so blocks between the remembered size
- * and `block` were added before `lsn`: they are marked with it now (if the
- * map is marked: growth_set_marks_map()), and the remembered size grows.
+ * and `block` were added before `lsn`, and the remembered size grows.
  * Returns the first block the WAL had not dated yet (`block` if none; below
  * the remembered size when a walk saw them first): the caller records
  * [that, block) in its change set, and they count as dated from now on
@@ -181,8 +180,8 @@ bool growth_save_before_recovery(Lsn redo);
  */
 using GrowthRecorder = bool (*)(const RelFork& rel, BlockNumber first, Lsn lsn);
 /*
- * Whether growth_walk() and growth_block_referenced() also mark the growth
- * in the map (true by default: the hooks source).  The WAL follower turns it
+ * Whether growth_walk() also marks the growth in the map (true by default:
+ * the hooks source).  The WAL follower turns it
  * off: its changes go to its change set only, and the map keeps only the
  * resume point (docs/design.md section 9).
  */

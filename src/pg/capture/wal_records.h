@@ -20,9 +20,8 @@ namespace ptrack::pg {
 
 /*
  * Where the changes of a record go.  The WAL follower records them in its
- * change set and the file growth watch (capture_wal.cpp; the map and the
- * limit table too only with ptrack.wal_legacy_map); the hooks
- * source's startup scan marks the map and looks at the files afterwards
+ * change set and the file growth watch (capture_wal.cpp); the startup
+ * scan marks the map and looks at the files afterwards
  * (startup_scan.cpp).  Implementations allocate nothing and raise no ERROR.
  */
 class WalChangeSink {

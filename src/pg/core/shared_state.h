@@ -183,7 +183,14 @@ struct SharedState {
 
 extern SharedState* shared; /* nullptr when tracking is off */
 extern Map map;             /* attached iff shared != nullptr */
-extern LimitTable limits;   /* "every block from B on changed" (ptrack/limit_table.h); attached iff map is */
+/*
+ * "Every block from B on changed" (ptrack/limit_table.h), read by the map's
+ * answer (core/map_answer.h).  Nothing in this version writes one: it is
+ * attached, to private memory, only in the postmaster while it migrates a
+ * map of an earlier version with that version's ptrack.limits
+ * (capture/wal/map_migration.h); detached otherwise.
+ */
+extern LimitTable limits;
 extern bool preloaded;      /* loaded through shared_preload_libraries */
 extern int map_size_mb;     /* the ptrack.map_size GUC, in MB */
 extern bool use_segment_summary; /* developer GUC ptrack.use_segment_summary */

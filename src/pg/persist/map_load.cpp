@@ -37,6 +37,7 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
+#include "persist/limit_file_io.h"
 #include "persist/map_io.h"
 #include "persist/map_persistence.h"
 #include "compat/compat.h"
@@ -343,7 +344,6 @@ void start_fresh(SharedState* state, Map* map, const ControlFileData* control, c
     if (reason != nullptr)
         warn_not_trusted(reason);
     map->clear();
-    limits.clear();
     state->init_lsn.store(0, Order::kRelaxed);
     persist_source->start_fresh(control, state, map);
     state->loaded_covered_lsn = 0;
@@ -471,6 +471,8 @@ void load_map(SharedState* state, Map* map)
     }
     if (control != nullptr)
         pfree(control);
+    /* An earlier version's limit table: read only to migrate its map (capture/wal/map_migration.h), above. */
+    remove_limits_files();
 }
 
 }  // namespace ptrack::pg

@@ -66,7 +66,7 @@ struct SourcePersistence {
     /*
      * A source that marks no map (marks_map() false), at startup: a trusted
      * ptrack.map of another geometry, saved by this source when it still
-     * marked the map (an upgrade, or a run with a developer setting), read
+     * marked the map (an upgrade from an earlier version), read
      * whole into `old_map`, private memory freed after this returns, after
      * continue_loaded() accepted it.  The source takes from its marks what
      * it needs (wal: the change summary the chain lacks,

@@ -36,9 +36,9 @@
  * FSM forks, which are always listed whole.
  *
  * Judged against what answers (CaptureSourceOps::summaries, the path of
- * the SQL functions): the map (hooks; wal with ptrack.wal_legacy_map and
- * ptrack.wal_answer_source = map), file by file as above; or, when the change summaries answer (wal
- * capture, docs/design.md section 9.2), their answer itself:
+ * the SQL functions): the map (hooks), file by file as above; or, when the
+ * change summaries answer (wal capture, docs/design.md section 9.2), their
+ * answer itself:
  * summary_scan() is run once, after the cut the SQL functions ask for, and
  * its rows are kept by segment file (a hash table, bitmaps trimmed to their
  * last listed block), so that a block a summary misses (a file rewritten

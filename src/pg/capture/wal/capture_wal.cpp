@@ -44,10 +44,7 @@
  * sql/summary_scan.cpp).  The map is not marked (section 9.5): it keeps
  * only the resume point (its covered LSN, init_lsn) in the smallest
  * geometry, whatever ptrack.map_size says; "marks" above means the change
- * set.  The developer setting ptrack.wal_legacy_map has the follower mark a
- * map of ptrack.map_size too, as before, and ptrack.wal_answer_source = map
- * then answers from it (bench/vs_summarizer.sh --legacy-map).  A restored backup's
- * fresh start goes on from the summaries the postmaster wrote of the WAL it
+ * set.  A restored backup's fresh start goes on from the summaries the postmaster wrote of the WAL it
  * read before recovery (summaries_continue_scan(), scan_summary.h).
  *
  * Errors: the main loop catches a PostgreSQL ERROR (sigsetjmp, as every
@@ -110,7 +107,6 @@ extern "C" {
 #include "capture/wal/wal_load.h"
 #include "capture/file_growth.h"
 #include "capture/wal/growth_watch.h"
-#include "persist/limit_file_io.h"
 #include "persist/map_io.h"
 #include "persist/map_persistence.h"
 #include "persist/summary_io.h"
@@ -125,26 +121,6 @@ namespace {
 
 /* ptrack.wal_wait_timeout, in ms: how long the SQL functions wait for the follower. */
 int wal_wait_timeout_ms = 60000;
-
-/*
- * ptrack.wal_answer_source (developer option): the SQL functions answer from
- * the summary files (the default) or, only with ptrack.wal_legacy_map (below),
- * from the map, for comparisons (docs/design.md section 9.2).
- */
-enum AnswerSource { kAnswerFromSummaries, kAnswerFromMap };
-/*
- * ptrack.wal_legacy_map (developer option, postmaster only): the follower
- * also marks the map, the limit table and the growth in the map, in the
- * geometry ptrack.map_size gives, as it did before the summaries took over;
- * only then does ptrack.wal_answer_source = map answer from it.  For
- * bench/vs_summarizer.sh's comparison of the follower's cost.  Off: the
- * map keeps only the resume point, in the smallest geometry
- * (docs/design.md section 9).
- */
-bool wal_legacy_map = false;
-int wal_answer_source = kAnswerFromSummaries;
-const struct config_enum_entry answer_source_options[] = {
-    {"summaries", kAnswerFromSummaries, false}, {"map", kAnswerFromMap, false}, {NULL, 0, false}};
 
 /*
  * A redo LSN closer in time than kMinRedoCutMs to the last one cut at, with
@@ -325,15 +301,12 @@ bool record_walk_growth(const RelFork& rel, BlockNumber first, Lsn)
 
 /*
  * The follower's changes go to the file growth watch and, for records
- * ending at or after set_start, to the change set; with the legacy map
- * (wal_legacy_map) to the map and the limit table too.
+ * ending at or after set_start, to the change set.
  */
 class FollowerSink final : public WalChangeSink {
 public:
     void block(const RelFork& rel, BlockNumber block, Lsn lsn, bool referenced) noexcept override
     {
-        if (wal_legacy_map)
-            capture_block_at(rel, block, lsn);
         const bool record = lsn >= summaries.set_start;
         /* A named block existed before the record: date the extension of those before it. */
         if (referenced) {
@@ -363,19 +336,15 @@ public:
          * never an allocation).  For a file created or dropped (limit 0) that
          * is enough: every block it gets afterwards is either named by a
          * record or found by a walk as growth from size 0, each marked no
-         * earlier than it was added; capture_limit() makes no entry for it.
+         * earlier than it was added.
          */
         growth_truncated(rel, limit);
         watch_note_lowered(rel, limit); /* the next walk looks at the file again, as a full walk would */
-        if (wal_legacy_map)
-            capture_limit(rel, limit, lsn);
         if (lsn >= summaries.set_start)
             note_add(summaries.set->add_limit(rel, limit));
     }
     void database(uint32_t spc, uint32_t db, Lsn lsn) noexcept override
     {
-        if (wal_legacy_map)
-            capture_database(spc, db, lsn);
         growth_database_replaced(spc, db);
         watch_note_database(spc, db);
         if (lsn >= summaries.set_start)
@@ -917,23 +886,18 @@ const char* do_held_step(char* buf, size_t len, Lsn* kept)
     if (!done)
         return "some of the summaries it no longer vouches for could not be removed (see the WARNING before)";
     /*
-     * A resume with no chain to go on from.  With the legacy map, the
-     * trusted map's answer since init_lsn becomes the first summary.  Else
-     * the map holds no marks (a map of an earlier run that did was migrated
-     * by the postmaster: wal_migrate_loaded()): nothing proves the changes
-     * before covered + 1, and tracking restarts there.
+     * A resume with no chain to go on from.  The map holds no marks (a map
+     * of an earlier version that did was migrated by the postmaster:
+     * wal_migrate_loaded()): nothing proves the changes before covered + 1,
+     * and tracking restarts there.
      */
     const Lsn covered = summaries.held_covered;
     const Lsn init = init_lsn();
     if (summaries.held == HeldStep::kKeepChain && *kept == 0 && init != 0 && init <= covered) {
-        if (!wal_legacy_map) {
-            char why[160];
-            snprintf(why, sizeof(why), "no change summaries end where the saved map is complete (%X/%X)",
-                     PTRACK_LSN_ARGS(covered + 1));
-            restart_tracking_at(covered + 1, why);
-        } else if (migrate_map_to_summary(init, covered + 1, current_timeline())) {
-            *kept = covered + 1;
-        }
+        char why[160];
+        snprintf(why, sizeof(why), "no change summaries end where the saved map is complete (%X/%X)",
+                 PTRACK_LSN_ARGS(covered + 1));
+        restart_tracking_at(covered + 1, why);
     }
     summaries.held = HeldStep::kNone;
     return nullptr;
@@ -1101,9 +1065,9 @@ void guard_scan_chain(XLogReaderState* reader)
  * summaries at covered + 1 (cut_for_save()), so the chain must end there.
  * Anything else (no chain, a broken one, a branch point) is removed and the
  * set starts at covered + 1 (no later than ptrack_init_lsn()): answers refuse
- * the LSNs before it instead of answering short.  Unless, with no chain on
- * the same timeline, the map itself becomes the summary of [init_lsn,
- * covered + 1) (map_migration.h: an upgrade from a map-only version).
+ * the LSNs before it instead of answering short (a map of an earlier version,
+ * which kept marks, was turned into that chain by the postmaster:
+ * map_migration.h).
  */
 void summaries_resume(Lsn start, Lsn covered)
 {
@@ -1960,19 +1924,6 @@ void define_wal_follower_gucs()
                             "whenever the set reaches this size. A change takes effect with the next summary.",
                             &wal_summary_memory_mb, 64, kMinSummaryMemoryMb, kMaxSummaryMemoryMb, PGC_SIGHUP,
                             GUC_UNIT_MB, NULL, NULL, NULL);
-    DefineCustomEnumVariable("ptrack.wal_answer_source",
-                             "Where ptrack's functions answer from with WAL capture (developer option).",
-                             "summaries: the change summaries under pg_wal/ptrack; map: the change map, which the "
-                             "WAL follower fills only with ptrack.wal_legacy_map = on (otherwise ignored).",
-                             &wal_answer_source, kAnswerFromSummaries, answer_source_options, PGC_SUSET,
-                             GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
-    DefineCustomBoolVariable("ptrack.wal_legacy_map",
-                             "Lets ptrack's WAL follower mark the change map too (developer option).",
-                             "Off: with WAL capture the map keeps only where the follower resumes, in a few KB, "
-                             "whatever ptrack.map_size says. On: the follower also marks a map of ptrack.map_size, "
-                             "as before the change summaries; for benchmarks.",
-                             &wal_legacy_map, false, PGC_POSTMASTER, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL,
-                             NULL);
     DefineCustomIntVariable("ptrack.wal_batch_delay",
                             "Pause of the WAL follower after each batch of WAL it applied (developer option).",
                             "Keeps the follower behind the WAL for tests; 0 (the default) in production.",
@@ -2227,8 +2178,6 @@ void wait_for_follower()
 bool wal_summaries(bool cut, Lsn* summarized)
 {
     FollowerProgress& f = shared->follower;
-    if (wal_legacy_map && wal_answer_source == kAnswerFromMap)
-        return false;
     if (!cut) {
         *summarized = f.summarized_lsn.load(Order::kAcquire);
         return true;
@@ -2278,17 +2227,16 @@ const CaptureSourceOps kWalSource = {
      "Backups are not affected yet: the changes are tracked in memory, and the WAL since ptrack's last successful "
      "save is kept (replication slot \"ptrack_wal_follower\") so that tracking survives a restart; pg_wal grows "
      "until a save succeeds. The WAL follower retries with a growing pause.",
-     "Make the data directory, pg_wal/ptrack and ptrack's files in them (ptrack.map*, ptrack.limits*, ptrack.sizes*, "
+     "Make the data directory, pg_wal/ptrack and ptrack's files in them (ptrack.map*, ptrack.sizes*, "
      "the change summaries) writable by "
      "the server's user, and free disk space.",
-     wal_before_load, wal_start_fresh, wal_continue_loaded, [] { return wal_legacy_map; }, wal_migrate_loaded},
+     wal_before_load, wal_start_fresh, wal_continue_loaded, [] { return false; }, wal_migrate_loaded},
     false,
     register_wal_follower,
     nullptr,
     wal_save_prepare,
     wal_save_covered_lsn,
     [](Lsn covered) { return growth_prepare_save(covered); },
-    true,
     wal_save_point,
     wal_save_done,
     wait_for_follower,
@@ -2328,7 +2276,7 @@ void ptrack_wal_follower_main(Datum)
     build_set();
     summaries.set_start = UINT64_MAX; /* nothing is recorded until the start is established */
     growth_set_recorder(record_walk_growth);
-    growth_set_marks_map(wal_legacy_map);
+    growth_set_marks_map(false); /* the map keeps only the resume point (capture_source.h) */
     follower.next = InvalidXLogRecPtr;
     publish(&shared->follower.applied_lsn, 0);
     shared->follower.latch.store(static_cast<void*>(MyLatch), Order::kRelease);

@@ -1,9 +1,8 @@
 /*
  * wal_load.cpp -- the wal source's steps when the postmaster loads the map
  * (persist/map_load.cpp calls them through SourcePersistence,
- * map_persistence.h): the floor of a fresh map's ptrack_init_lsn(), the
- * limit table a loaded map needs, and, in a data directory restored from a
- * base backup, the relation file sizes and the WAL read before recovery
+ * map_persistence.h): the floor of a fresh map's ptrack_init_lsn() and, in
+ * a data directory restored from a base backup, the relation file sizes and the WAL read before recovery
  * (docs/design.md section 7.1).  The follower (capture_wal.cpp) starts from
  * what these leave in the shared state.
  *
@@ -24,9 +23,7 @@ extern "C" {
 #include "capture/startup_scan.h"
 #include "capture/wal/scan_summary.h"
 #include "capture/wal/wal_load.h"
-#include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
-#include "ptrack/limit_file.h"
 
 namespace ptrack::pg {
 
@@ -48,30 +45,6 @@ Lsn fresh_wal_init_floor(const ControlFileData* control)
     if (control->state == DB_SHUTDOWNED || control->state == DB_SHUTDOWNED_IN_RECOVERY)
         return control->checkPointCopy.redo + 1;
     return 0;
-}
-
-/*
- * The wal source resumes reading at the map's covered LSN, so it needs the
- * limit events of every record before it: ptrack.limits, loaded into the
- * limit table, complete up to at least that LSN (limit_file_io.h).  nullptr if
- * so, else why the map cannot be continued (the caller starts afresh, which
- * also empties the table).
- */
-const char* limits_distrust_reason(const ControlFileData* control, Lsn map_covered)
-{
-    static char text[256];
-    Lsn covered = 0;
-    const char* why = control == nullptr ? "pg_control could not be verified"
-                                         : load_limits(control->system_identifier, &covered);
-    if (why == nullptr && covered >= map_covered)
-        return nullptr;
-    if (why == nullptr)
-        snprintf(text, sizeof(text), "\"%s\" is complete only up to %X/%X, before the map's %X/%X", kLimitFileName,
-                 PTRACK_LSN_ARGS(covered), PTRACK_LSN_ARGS(map_covered));
-    else
-        snprintf(text, sizeof(text), "\"%s\", which the WAL follower needs with it, is not usable: %s", kLimitFileName,
-                 why);
-    return text;
 }
 
 /*
@@ -182,9 +155,9 @@ void wal_start_fresh(const ControlFileData* control, SharedState* state, Map* ma
         scan_restored_backup(*control, state->presized_redo_lsn, map, state);
 }
 
-const char* wal_continue_loaded(const ControlFileData* control, const MapFileHeader& header, Map* map)
+const char* wal_continue_loaded(const ControlFileData*, const MapFileHeader&, Map*)
 {
-    return limits_distrust_reason(control, header.covered_lsn);
+    return nullptr;
 }
 
 }  // namespace ptrack::pg
