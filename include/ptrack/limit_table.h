@@ -3,7 +3,7 @@
  * database events that the block map cannot express.
  *
  * Why it exists.  Some changes have no block reference in the WAL (docs/design.md
- * section 7): after XLOG_SMGR_TRUNCATE to T blocks, every block >= T of that
+ * section 4.2): after XLOG_SMGR_TRUNCATE to T blocks, every block >= T of that
  * fork counts as changed from then on, including blocks re-added later by an
  * extension that is never WAL-logged; a created or dropped relation fork
  * counts as changed from block 0 (a reused relfilenode must not inherit the

@@ -3,7 +3,7 @@
  * (capture_wal.cpp) and the hooks source's startup scan (startup_scan.cpp):
  * every block it references, and the changes it makes without a block
  * reference (relation limits, database directories), go to the caller's
- * sink (wal_records.h), or restart tracking (docs/design.md section 7).
+ * sink (wal_records.h), or restart tracking (docs/design.md section 4.2).
  * Everything is marked at record->EndRecPtr: a record that ends at or after
  * L is listed by pagemapset(L), and no record ending before L changes
  * anything a backup starting at L has not already seen.
@@ -12,7 +12,7 @@
  * src/backend/access/heap/heapam.c, catalog/storage.c, access/transam/xact.c,
  * commands/dbcommands.c, access/transam/xlog.c) and re-derived from 17.11 and
  * 18.6 (heap redo moved to access/heap/heapam_xlog.c in 18); what differs
- * between them is listed in docs/design.md section 8, and the record shapes
+ * between them is listed in docs/design.md section 8.1, and the record shapes
  * (the relation fields) are read through compat/compat.h.  Per record kind,
  * the rule and why it is complete:
  *

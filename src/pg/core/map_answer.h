@@ -8,7 +8,7 @@
  * map into a change summary (capture/wal/map_migration.cpp), which is why
  * it sits in core/, beneath both.
  *
- * One rule set (docs/design.md sections 1, 3.4, 7.1): unlogged relations
+ * One rule set (docs/design.md sections 1, 3.3, 4.10): unlogged relations
  * are left out (only their init fork is backed up); FSM forks are listed
  * whole; otherwise a block is listed when the map says it changed at or
  * after start_lsn, or when the limit table says every block from some block

@@ -1,5 +1,5 @@
 /*
- * sql_functions.cpp -- the SQL API of docs/design.md section 5, compatible with
+ * sql_functions.cpp -- the SQL API of docs/design.md section 6, compatible with
  * pg_probackup's ptrack mode:
  *
  *   ptrack_version()                 text, "major.minor"

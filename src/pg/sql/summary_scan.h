@@ -1,7 +1,7 @@
 /*
  * summary_scan.h -- ptrack_get_pagemapset(), ptrack_get_change_stat() and
  * ptrack_init_lsn() answered from the summary files of wal capture
- * (persist/summary_io.h, docs/design.md section 9), instead of the map.
+ * (persist/summary_io.h, docs/design.md section 4.8), instead of the map.
  *
  * The capture source decides which (CaptureSourceOps::summaries,
  * capture/capture_source.h): sql_functions.cpp calls these only when it

@@ -1,6 +1,6 @@
 /*
  * verify.cpp -- ptrack_verify(start_lsn): the self-check a DBA runs to prove
- * that ptrack misses nothing on this cluster (docs/design.md section 5.2).
+ * that ptrack misses nothing on this cluster (docs/design.md section 6.2).
  *
  * It reads the page header of every block of every permanent relation
  * segment file (the files and rules of ptrack_get_pagemapset(), shared
@@ -37,7 +37,7 @@
  *
  * Judged against what answers (CaptureSourceOps::summaries, the path of
  * the SQL functions): the map (hooks), file by file as above; or, when the
- * change summaries answer (wal capture, docs/design.md section 9.2), their
+ * change summaries answer (wal capture, docs/design.md section 4.8), their
  * answer itself:
  * summary_scan() is run once, after the cut the SQL functions ask for, and
  * its rows are kept by segment file (a hash table, bitmaps trimmed to their

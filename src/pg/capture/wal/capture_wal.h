@@ -1,7 +1,7 @@
 /*
  * capture_wal.h -- the wal capture source: a background worker that follows
  * the server's WAL and marks what every record changed (capture_wal.cpp),
- * for servers without the core patch's hooks (docs/design.md section 7).
+ * for servers without the core patch's hooks (docs/design.md section 4).
  */
 #ifndef PTRACK_PG_CAPTURE_WAL_H
 #define PTRACK_PG_CAPTURE_WAL_H

@@ -2,7 +2,7 @@
  * growth_watch.h -- the WAL follower's watch of the relation directories
  * (Linux inotify), so that a walk for a call stat()s only the files changed
  * since the previous walk, not every relation file (docs/design.md section
- * 7.1, "Extension without WAL"; issue 21, item 3).
+ * 4.3).
  *
  * Why a walk at all: a file can gain blocks that no WAL record names before
  * the call (bulk extension, a COPY that extended and aborted before logging
