@@ -11,8 +11,9 @@
  *
  *   - it keeps the size of every relation segment file as of its last look
  *     (a "walk" of the data directory, one stat() per file);
- *   - each walk marks the blocks a file gained since the previous walk with
- *     an LSN read after the walk: >= the WAL position at the moment of any
+ *   - each walk dates the blocks a file gained since the previous walk with
+ *     an LSN read after the walk (the follower records them in its change
+ *     set: growth_set_recorder()): >= the WAL position at the moment of any
  *     extension the walk saw, so pagemapset(L) lists every block added after
  *     L once a walk has seen it;
  *   - truncation, creation and drop records lower the remembered size
@@ -25,7 +26,7 @@
  *     (wal/growth_watch.h, growth_walk_some());
  *   - the sizes are saved with the map (ptrack.sizes), with the covered LSN
  *     of that save, so that after a restart the follower resumes with the
- *     sizes the saved marks were made from.  Saving writes ptrack.sizes.new
+ *     sizes its saved state was made from.  Saving writes ptrack.sizes.new
  *     before the map and renames it over ptrack.sizes after, so whichever
  *     save the map file holds, one of the two files matches its covered LSN.
  *

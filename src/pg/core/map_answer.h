@@ -1,6 +1,7 @@
 /*
- * map_answer.h -- which blocks of one relation segment file the map and the
- * limit table say changed since a start LSN: the map's answer to
+ * map_answer.h -- which blocks of one relation segment file the map (and,
+ * for an earlier version's map being migrated, its limit table) says changed
+ * since a start LSN: the map's answer to
  * ptrack_get_pagemapset(start_lsn), one file at a time, during a walk of
  * the data directory (datadir_walk.h).  Its users: the SQL functions when
  * the map answers (sql/sql_functions.cpp),
