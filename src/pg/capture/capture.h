@@ -6,7 +6,7 @@
  * mark each block as it is written (capture_block_written()) and the blocks
  * of a directory copied whole (capture_relation_files()); neither the map
  * nor the SQL layer marks anything itself.  The WAL follower of unpatched
- * servers (wal/capture_wal.cpp) marks no map: it keeps exact change
+ * servers (wal/follower.h) marks no map: it keeps exact change
  * summaries, and comes here only to restart tracking.
  *
  * INTERFACE: capture_block_written(), capture_relation_files(),

@@ -21,7 +21,7 @@
  *
  * Never a short answer: a segment that can be had from neither raises an
  * ERROR while the follower reads, and the follower then restarts tracking
- * with a WARNING and a later ptrack_init_lsn() (capture_wal.cpp).  The
+ * with a WARNING and a later ptrack_init_lsn() (follower_main.cpp).  The
  * archive's copy is checked like any WAL: xlogreader verifies every page
  * header (address, timeline, system identifier) and every record's CRC.
  *

@@ -1,6 +1,6 @@
 /*
  * wal_records.cpp -- what one WAL record changed, for the WAL follower
- * (capture_wal.cpp) and the hooks source's startup scan (startup_scan.cpp):
+ * (follower_read.cpp) and the hooks source's startup scan (startup_scan.cpp):
  * every block it references, and the changes it makes without a block
  * reference (relation limits, database directories), go to the caller's
  * sink (wal_records.h), or restart tracking (docs/design.md section 4.2).

@@ -1,7 +1,7 @@
 /*
  * wal_records.h -- what one WAL record changed, sent to the caller's sink:
  * every block reference, and the changes a record makes without one
- * (docs/design.md section 4.2).  Called once per record by the WAL follower (capture_wal.cpp)
+ * (docs/design.md section 4.2).  Called once per record by the WAL follower (follower_read.cpp)
  * and by the hooks source's startup scan (startup_scan.cpp).
  */
 #ifndef PTRACK_PG_WAL_RECORDS_H
@@ -20,7 +20,7 @@ namespace ptrack::pg {
 
 /*
  * Where the changes of a record go.  The WAL follower records them in its
- * change set and the file growth watch (capture_wal.cpp); the startup
+ * change set and the file growth watch (follower_read.cpp); the startup
  * scan marks the map and looks at the files afterwards
  * (startup_scan.cpp).  Implementations allocate nothing and raise no ERROR.
  */

@@ -62,7 +62,7 @@ struct FollowerProgress {
 };
 
 /*
- * Why the WAL follower cannot start (capture_wal.cpp): the last ERROR it
+ * Why the WAL follower cannot start (follower_main.cpp): the last ERROR it
  * raised before it established where reading starts, for ptrack_status()
  * (off_reason) and for the SQL functions, which fail at once with it instead
  * of waiting ptrack.wal_wait_timeout for a follower that is only retrying.
@@ -160,7 +160,7 @@ struct SharedState {
     uint32_t loaded_timeline;  /* timeline of that save */
     Lsn fresh_init_floor;      /* wal: a fresh map's init_lsn is at least this (wal_load.cpp) */
     Lsn presized_redo_lsn;     /* wal: ptrack.sizes holds the file sizes from before recovery, which starts
-                                  at this redo LSN; 0 if not (wal_load.cpp, capture_wal.cpp) */
+                                  at this redo LSN; 0 if not (wal_load.cpp, follower_slot_start.cpp) */
     Lsn restored_scan_from;    /* wal, a restored backup: the map holds every change from this LSN ... */
     Lsn restored_scan_end;     /* ... to this one, read before recovery; 0 if not (wal_load.cpp) */
     bool resume_at_scan_end;   /* the follower may start reading at restored_scan_end (a restored primary) */

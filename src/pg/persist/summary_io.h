@@ -166,7 +166,7 @@ void summary_retention_pass();
  * Rewrites the summary [start, end) with kSummaryEndsAtRedo set (same
  * content, same name, same modification time), so that retention keeps the
  * boundary at `end`: a checkpoint's redo LSN learnt after the summary was
- * written (capture_wal.cpp, note_redo()).  By the WAL follower only.  False
+ * written (follower_cuts.cpp, note_redo()).  By the WAL follower only.  False
  * if the file is gone, damaged or could not be written (WARNING); the
  * boundary may then be combined away later (extra blocks, never fewer).
  */

@@ -13,7 +13,7 @@
  * past the resume point) fsyncs the directory once at the end; a directory
  * it cannot read, or a file it cannot remove, makes it return false after a
  * WARNING, never an ERROR: the follower then holds everything until it can
- * (capture_wal.cpp), instead of running with summaries it cannot vouch for.
+ * (follower_summaries.cpp), instead of running with summaries it cannot vouch for.
  *
  * The writer's buffers are static: only the follower writes, one summary
  * at a time, and nothing here allocates on the write itself.

@@ -65,7 +65,7 @@ Lsn base_backup_init_lsn(const ControlFileData& control, Map* map)
 /*
  * ptrack_init_lsn() of a fresh map, when it can be known at startup (the wal
  * source: never, the follower establishes it where it starts reading,
- * capture_wal.cpp).  Fills `map` with what the
+ * capture/wal/follower_slot_start.cpp).  Fills `map` with what the
  * startup scan marks.  0 when nothing can be proven: established on first
  * use instead (init_lsn()).
  *

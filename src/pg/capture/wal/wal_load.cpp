@@ -2,9 +2,10 @@
  * wal_load.cpp -- the wal source's steps when the postmaster loads the map
  * (persist/map_load.cpp calls them through SourcePersistence,
  * map_persistence.h): the floor of a fresh map's ptrack_init_lsn() and, in
- * a data directory restored from a base backup, the relation file sizes and the WAL read before recovery
- * (docs/design.md section 4.7).  The follower (capture_wal.cpp) starts from
- * what these leave in the shared state.
+ * a data directory restored from a base backup, the relation file sizes and
+ * the WAL read before recovery (docs/design.md section 4.7).  The follower
+ * (follower_slot_start.cpp) starts from what these leave in the shared
+ * state.
  *
  * Runs in the postmaster, before any other process exists; raises no ERROR
  * but for a data directory that cannot be read.
@@ -86,7 +87,7 @@ Lsn presize_before_recovery()
  * on (the WAL recovery is about to replay, beginning with the record that
  * ends at the redo LSN if pg_wal holds it), writes the same as change
  * summaries (scan_summary.h), and records both ranges in `state` for the
- * follower (capture_wal.cpp).
+ * follower (follower_slot_start.cpp).
  *
  * A standby's follower starts at consistency and reads from the redo LSN
  * itself; the scan adds the record ending exactly there, which reading from

@@ -25,7 +25,7 @@ void wal_start_fresh(const ControlFileData* control, SharedState* state, Map* ma
 /*
  * A trusted map: nothing more to check here (nullptr).  The follower checks
  * what it resumes with itself: the sizes saved with the map (growth_load())
- * and the timeline (capture_wal.cpp).
+ * and the timeline (follower_slot_start.cpp).
  */
 const char* wal_continue_loaded(const ControlFileData* control, const MapFileHeader& header, Map* map);
 
