@@ -102,7 +102,7 @@ sub check_rows
 
 	# FSM forks are never WAL-logged: every block of every FSM file is listed,
 	# always; with wal capture answering from its summaries, every FSM file of
-	# a relation whose main fork is listed (docs/design.md section 9.2: no walk
+	# a relation whose main fork is listed (docs/design.md section 4.8: no walk
 	# of the whole data directory).  (Bits past the end are the business of
 	# the check above.)
 	my $from_summaries =
@@ -227,7 +227,7 @@ no_misses_ok($node, $L, 'L = ptrack_init_lsn() again after the second run: nothi
 	baseline => $baseline);
 
 # With wal capture the answers above came from the exact summaries
-# (docs/design.md section 9); the follower marks no map (it keeps only its
+# (docs/design.md section 4.6); the follower marks no map (it keeps only its
 # resume point, in a few KB), and no map fill is shown.
 if (capture_mode() eq 'wal')
 {

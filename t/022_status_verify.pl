@@ -1,8 +1,8 @@
 # Copyright (c) the ptrack authors
 #
 # 022_status_verify.pl -- what a DBA runs to see that ptrack works
-# (ptrack_status(), docs/design.md section 5.1) and to prove that it misses
-# nothing (ptrack_verify(), section 5.2), and the messages of a failed save.
+# (ptrack_status(), docs/design.md section 6.1) and to prove that it misses
+# nothing (ptrack_verify(), section 6.2), and the messages of a failed save.
 #
 #   1. after pgbench and a CHECKPOINT the status is sane: the capture source
 #      of this suite, the map holds marks (hooks; wal: a few KB, no fill),
@@ -93,7 +93,7 @@ is($s{off_reason_null}, 'true', 'status: off_reason is NULL while tracking is on
 if ($mode eq 'wal')
 {
 	# The follower marks no map: it keeps its resume point in a few KB of
-	# shared memory, whatever ptrack.map_size says (docs/design.md section 9).
+	# shared memory, whatever ptrack.map_size says (docs/design.md section 4.6).
 	cmp_ok($s{map_size}, '<', 16384, 'status: map_size is the few KB of the unmarked map');
 	is($s{fill_positive}, '', 'status: no map fill (NULL): the exact summaries answer');
 	is($s{rate_ok}, '', 'status: no false positive rate (NULL)');

@@ -2,7 +2,7 @@
 #
 # 033_summary_retention.pl -- wal capture only: the WAL follower's retention
 # pass over its summary files (src/pg/persist/summary_retention.cpp, the
-# policy in include/ptrack/retention_plan.h, docs/design.md section 9), seen
+# policy in include/ptrack/retention_plan.h, docs/design.md section 4.9), seen
 # on disk through the files' headers (t/lib/PtrackSummaries.pm):
 #
 #   1. cuts that are not redo LSNs are combined away: after checkpoints with

@@ -3,7 +3,7 @@
 # 035_map_migration.pl -- wal capture keeps no map sized by the user, and a
 # full-size map of an earlier run still carries tracking over
 # (src/pg/persist/map_load.cpp read_map_to_migrate(),
-# src/pg/capture/wal/map_migration.cpp, docs/design.md section 9.4).
+# src/pg/capture/wal/map_migration.cpp, docs/design.md section 4.10).
 #
 # Each round starts tracking afresh, makes changes since ptrack_init_lsn() L0
 # and since L1, stops, and leaves what an earlier version of ptrack, whose

@@ -1,5 +1,6 @@
 /*
- * ptrack.cpp -- module entry point: GUCs, shared memory, hook installation.
+ * ptrack.cpp -- module entry point: GUCs, shared memory and the load of the
+ * saved state, the capture source picked and installed.
  *
  * Tracking must see every write from the moment the server starts, so the
  * map lives in shared memory created by the postmaster: the module only

@@ -1,5 +1,6 @@
 /*
- * capture.h -- the one door through which changes reach the map.
+ * capture.h -- how the hooks' writes reach the map, and how any source
+ * restarts tracking.
  *
  * The storage-manager hooks of the core patch (hooks/capture_hooks.cpp)
  * mark each block as it is written (capture_block_written()) and the blocks

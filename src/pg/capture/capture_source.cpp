@@ -8,7 +8,7 @@
  * with; the sizes file is promoted
  * after the map (growth_commit_save()), and only then may the source drop
  * what the saved map now covers (the hooks' bypass journal, the follower's
- * WAL).  docs/design.md section 4.
+ * WAL).  docs/design.md section 2.
  */
 extern "C" {
 #include "postgres.h"

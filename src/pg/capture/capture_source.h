@@ -1,16 +1,17 @@
 /*
- * capture_source.h -- which capture source feeds the map, and what each
- * source owns: the clock it marks with, the LSN up to which its saved marks
- * are complete, and what triggers a map save (docs/design.md section 2).
+ * capture_source.h -- which capture source runs, and what each source
+ * owns: the LSN it dates a change with, the LSN up to which its saved state
+ * is complete, and what triggers a save (docs/design.md section 2).
  *
  *   hooks  the core patch's storage-manager hooks (capture_hooks.cpp).
- *          Marks with the insert LSN (replay LSN in recovery); the map is
- *          saved by the checkpointer at the end of every sync phase, complete
- *          up to that checkpoint's redo LSN.
+ *          Marks a map with the insert LSN (replay LSN in recovery); the map
+ *          is saved by the checkpointer at the end of every sync phase,
+ *          complete up to that checkpoint's redo LSN.
  *   wal    a background worker that follows the WAL (capture_wal.cpp).
- *          Marks with each record's end LSN; it saves the map itself, complete
- *          up to the end of the last record it applied, and keeps the WAL
- *          after that point with a replication slot of its own.
+ *          Records each change at its record's end LSN in a change set,
+ *          written as summary files; it saves its resume point itself,
+ *          complete up to the end of the last record it applied, and keeps
+ *          the WAL after that point with a replication slot of its own.
  *
  * ptrack.capture = auto | hooks | wal (postmaster only) picks one at startup
  * (ptrack.cpp): auto takes hooks when the running server has them, else wal.

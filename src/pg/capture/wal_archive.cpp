@@ -1,6 +1,6 @@
 /*
  * wal_archive.cpp -- the WAL follower reads the segments pg_wal no longer
- * holds through restore_command (wal_archive.h; docs/design.md section 7.1).
+ * holds through restore_command (wal_archive.h; docs/design.md section 4.7).
  *
  * Why this way.  The follower of a data directory restored from a base
  * backup must read the WAL from the backup's redo LSN, and recovery has

@@ -1,7 +1,7 @@
 /*
- * wal_records.h -- what one WAL record changed, marked in the map: every
- * block reference, and the changes a record makes without one (docs/design.md
- * section 7).  Called once per record by the WAL follower (follower_read.cpp)
+ * wal_records.h -- what one WAL record changed, sent to the caller's sink:
+ * every block reference, and the changes a record makes without one
+ * (docs/design.md section 4.2).  Called once per record by the WAL follower (follower_read.cpp)
  * and by the hooks source's startup scan (startup_scan.cpp).
  */
 #ifndef PTRACK_PG_WAL_RECORDS_H

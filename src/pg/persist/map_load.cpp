@@ -1,7 +1,7 @@
 /*
  * map_load.cpp -- startup: read ptrack.map (and ptrack.map.delta), decide
  * whether it can be trusted, and either use it or start a fresh map
- * (docs/design.md section 4).  Runs once, in the postmaster, before any
+ * (docs/design.md sections 3.4 and 5).  Runs once, in the postmaster, before any
  * process can write a block.
  *
  * The trust rules themselves are in the engine (map_file_distrust_reason());
@@ -59,7 +59,7 @@ void warn_not_trusted(const char* reason)
 {
     /*
      * A data directory restored from a backup tracks from the backup's redo
-     * LSN where that can be proven (docs/design.md section 7.1), so the
+     * LSN where that can be proven (docs/design.md section 4.7), so the
      * backup it was restored from may still parent the next one.
      */
     ereport(WARNING, (errmsg("ptrack map file \"%s\" is not trusted because %s", kMapFileName, reason),

@@ -1,6 +1,6 @@
 /*
  * summary_io.h -- the summary files of wal capture on disk (docs/design.md
- * section 9): where they live, how the WAL follower writes them durably,
+ * section 4.4): where they live, how the WAL follower writes them durably,
  * and how a backend lists, reads and validates them.  The format and its
  * checks are the engine's (ptrack/summary_file.h); the cover rule and the
  * answers are in ptrack/summary_answer.h and sql/.

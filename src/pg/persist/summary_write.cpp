@@ -4,7 +4,7 @@
  * which alone writes and removes them.
  *
  * Why a file of its own: a summary is written at every cut of the follower
- * (docs/design.md section 9), durably and never in place: the engine's
+ * (docs/design.md section 4.5), durably and never in place: the engine's
  * summary_write() fills "<name>.tmp", which is fsynced and renamed
  * (durable_rename() fsyncs the directory too), so that after a crash a
  * summary exists whole or not at all.  A failed write is one rate-limited

@@ -1,8 +1,9 @@
 /*
  * capture_wal.h -- the wal capture source: a background worker that follows
+ * capture_wal.h -- the wal capture source: a background worker that follows
  * the server's WAL and records what every record changed (the WAL follower,
  * follower.h), for servers without the core patch's hooks (docs/design.md
- * section 7); its registration, parameters and backends' side are in
+ * section 4); its registration, parameters and backends' side are in
  * capture_wal.cpp.
  */
 #ifndef PTRACK_PG_CAPTURE_WAL_H

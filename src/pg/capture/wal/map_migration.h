@@ -1,7 +1,7 @@
 /*
  * map_migration.h -- a trusted map that comes without change summaries
  * becomes one: the summary of [ptrack_init_lsn(), covered + 1), so that
- * answering from the summaries (docs/design.md section 9.2) does not move
+ * answering from the summaries (docs/design.md section 4.8) does not move
  * ptrack_init_lsn() forward and force a full backup.
  *
  * When: at startup, a trusted full-size map of an earlier run (its covered
@@ -10,7 +10,7 @@
  * saved its limit table as ptrack.limits.  The postmaster reads that map
  * and that table privately and migrates them (wal_migrate_loaded()).  A
  * small, unmarked map without its chain restarts tracking instead
- * (docs/design.md section 9.4).  The map is complete from init_lsn up to C
+ * (docs/design.md section 4.10).  The map is complete from init_lsn up to C
  * (that is what trusting it means), so its answer since init_lsn, taken
  * file by file as ptrack_get_pagemapset() would (core/map_answer.h, with
  * the limit table), lists every block changed in [init_lsn, C + 1): exactly

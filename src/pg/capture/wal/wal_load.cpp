@@ -3,7 +3,7 @@
  * (persist/map_load.cpp calls them through SourcePersistence,
  * map_persistence.h): the floor of a fresh map's ptrack_init_lsn() and, in
  * a data directory restored from a base backup, the relation file sizes and
- * the WAL read before recovery (docs/design.md section 7.1).  The follower
+ * the WAL read before recovery (docs/design.md section 4.7).  The follower
  * (follower_slot_start.cpp) starts from what these leave in the shared
  * state.
  *
