@@ -29,7 +29,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode tablespace_version_re ptrack_node log_position log_since not_trusted_re count_matches init_lsn);
+use PtrackCluster
+  qw(capture_mode tablespace_version_re ptrack_node ptrack_file log_position log_since not_trusted_re count_matches init_lsn);
 use PtrackOracle qw(lsn_to_int no_misses_ok pagemapset relation_files);
 
 plan skip_all => 'the limit table is fed by the WAL follower (wal capture only)'
@@ -120,7 +121,7 @@ is(init_lsn($node), $init, 'ptrack_init_lsn() unchanged');
 
 # 2. Restarts: the follower resumes past the CREATE DATABASE records.
 $node->restart;    # the follower saves when it stops
-ok(-e "$pgdata/ptrack.limits", 'ptrack.limits saved');
+ok(-e ptrack_file($pgdata, 'ptrack.limits'), 'ptrack.limits saved');
 is(init_lsn($node), $init, 'clean restart: the map is trusted (ptrack_init_lsn() unchanged)');
 whole_ok($moved, 'after a clean restart');
 
@@ -132,12 +133,12 @@ whole_ok($moved, 'after a crash');
 
 # 3. Without a usable ptrack.limits the map cannot be continued.
 my %bad = (
-	removed => [ sub { unlink "$pgdata/ptrack.limits" or die $! }, 'is not usable: it does not exist' ],
+	removed => [ sub { unlink ptrack_file($pgdata, 'ptrack.limits') or die $! }, 'is not usable: it does not exist' ],
 	damaged => [
 		sub {
 			# Flip a byte of the system identifier (writing a fixed byte left it
 			# unchanged when it already held that value: 1 run in 256).
-			open(my $fh, '+<', "$pgdata/ptrack.limits") or die $!;
+			open(my $fh, '+<', ptrack_file($pgdata, 'ptrack.limits')) or die $!;
 			binmode $fh;
 			seek($fh, 20, 0);
 			read($fh, my $byte, 1) == 1 or die "read: $!";
@@ -151,14 +152,15 @@ my %bad = (
 foreach my $case ('removed', 'damaged')
 {
 	$node->stop;
-	ok(-e "$pgdata/ptrack.map" && -e "$pgdata/ptrack.limits", "$case ptrack.limits: saved with the map at shutdown");
+	ok(-e ptrack_file($pgdata, 'ptrack.map') && -e ptrack_file($pgdata, 'ptrack.limits'),
+		"$case ptrack.limits: saved with the map at shutdown");
 	$bad{$case}[0]->();
 	my $offset = log_position($node);
 	$node->start;
 	my $log = log_since($node, $offset);
 	like(
 		$log,
-		qr/WARNING:  ptrack map file "ptrack\.map" is not trusted because "ptrack\.limits", which the WAL follower needs with it, \Q$bad{$case}[1]\E/,
+		qr{WARNING:  ptrack map file "pg_wal/ptrack/ptrack\.map" is not trusted because "pg_wal/ptrack/ptrack\.limits", which the WAL follower needs with it, \Q$bad{$case}[1]\E},
 		"$case ptrack.limits: the map is not trusted, WARNING names ptrack.limits");
 	cmp_ok(lsn_to_int(init_lsn($node)), '>', lsn_to_int($L), "$case ptrack.limits: a new ptrack_init_lsn()");
 }

@@ -44,7 +44,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 use PtrackBackup qw(full_backup incremental_backup restore start_restored);
-use PtrackCluster qw(capture_mode ptrack_node init_lsn);
+use PtrackCluster qw(capture_mode ptrack_node ptrack_files_outside init_lsn);
 use PtrackOracle qw(mismatch_blocks);
 use PtrackVerify qw(compare_clusters);
 
@@ -310,11 +310,17 @@ SKIP:
 	is($prc, 0, 'pg_probackup backup -b FULL --stream as backup through backupdb')
 	  or diag $pout;
 	my ($full_id) = $pout =~ /INFO: Backup (\w+) completed/;
-	if (defined $full_id)
+	if (defined $full_id && capture_mode() eq 'wal')
+	{
+		# wal capture keeps its files in pg_wal/ptrack, which pg_probackup does not copy.
+		my $database = "$catalog/backups/node/$full_id/database";
+		is(join(' ', ptrack_files_outside($database)), '', 'the FULL backup carries no ptrack file');
+		ok(!-e "$database/pg_wal/ptrack", 'the FULL backup carries nothing of pg_wal/ptrack');
+	}
+	elsif (defined $full_id)
 	{
 		my $map = "$catalog/backups/node/$full_id/database/ptrack.map";
-		note sprintf('the FULL backup carries ptrack.map: %s',
-			-e $map ? (-s $map) . ' bytes' : 'no');
+		note sprintf('the FULL backup carries ptrack.map: %s', -e $map ? (-s $map) . ' bytes' : 'no');
 	}
 
 	workload('p1');

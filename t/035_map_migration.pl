@@ -10,7 +10,8 @@
 # summaries took over), makes changes since ptrack_init_lsn() L0 and since
 # L1, stops, then starts without the legacy map:
 #
-#   1. a clean stop, pg_wal/ptrack removed (what a map-only version leaves):
+#   1. a clean stop, then what a map-only version leaves: no summaries, the
+#      map in the data directory (PtrackCluster::to_old_layout()):
 #      the postmaster reads the 64 MB map privately and writes its answer as
 #      the summary of [L0, covered + 1); ptrack_init_lsn() stays L0, the
 #      chain starts there unbroken, the page-LSN oracle finds nothing missed
@@ -25,7 +26,7 @@
 # KB whatever ptrack.map_size says, ptrack_status() reports it so, and no map
 # fill.  Then:
 #
-#   4. the small map without summaries (pg_wal/ptrack removed while stopped):
+#   4. the small map without summaries (removed while stopped):
 #      its marks cannot stand in for them, so tracking restarts with the
 #      WARNING and ptrack_get_pagemapset(L0) refuses: never a short answer.
 #
@@ -44,15 +45,14 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/lib";
 
-use File::Path qw(rmtree);
 use Time::HiRes qw(usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node init_lsn log_position log_since);
+use PtrackCluster qw(capture_mode ptrack_node ptrack_file to_old_layout init_lsn log_position log_since);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok);
-use PtrackSummaries qw(summary_dir summaries chain_break describe_summaries);
+use PtrackSummaries qw(summaries chain_break describe_summaries remove_summaries);
 
 plan skip_all => 'summaries are written by the WAL follower (wal capture only)'
   unless capture_mode() eq 'wal';
@@ -80,7 +80,7 @@ my $first = 1;
 foreach my $round ([ 'fast', 1 ], [ 'immediate', 1 ], [ 'fast', 0 ])
 {
 	my ($stop, $remove) = @$round;
-	my $what = "$stop stop, " . ($remove ? 'pg_wal/ptrack removed' : 'summaries kept');
+	my $what = "$stop stop, " . ($remove ? 'summaries removed, map in the data directory' : 'summaries kept');
 	if (!$first)
 	{
 		# The small map of the previous round cannot serve the legacy map: tracking starts afresh.
@@ -102,15 +102,19 @@ foreach my $round ([ 'fast', 1 ], [ 'immediate', 1 ], [ 'fast', 0 ])
 	note "$what: L0 = $l0, L1 = $l1";
 
 	$node->stop($stop);
-	my $big = -s "$pgdata/ptrack.map";
+	my $big = -s ptrack_file($pgdata, 'ptrack.map');
 	cmp_ok($big, '>', 64 * 1024 * 1024, "$what: the legacy run saved a map of ptrack.map_size ($big bytes)");
-	rmtree(summary_dir($pgdata)) if $remove;
+	if ($remove)
+	{
+		remove_summaries($pgdata);
+		to_old_layout($pgdata);
+	}
 	set_legacy(0);
 	my $offset = log_position($node);
 	$node->start;
 	my $init = init_lsn($node);    # waits for the follower
 	my $log = log_since($node, $offset);
-	like($log, qr/LOG:  ptrack read map file "ptrack\.map" of \d+ kB, saved when its marks were still kept/,
+	like($log, qr{LOG:  ptrack read map file "pg_wal/ptrack/ptrack\.map" of \d+ kB, saved when its marks were still kept},
 		"$what: the postmaster reads the full-size map to migrate it");
 	if ($remove)
 	{
@@ -139,7 +143,7 @@ foreach my $round ([ 'fast', 1 ], [ 'immediate', 1 ], [ 'fast', 0 ])
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	$node->poll_query_until('postgres', 'SELECT last_save_lsn IS NOT NULL FROM ptrack_status()')
 	  or die 'no map save';
-	my $small = -s "$pgdata/ptrack.map";
+	my $small = -s ptrack_file($pgdata, 'ptrack.map');
 	cmp_ok($small, '<', 8192, "$what: ptrack.map is saved small ($small bytes)");
 	$node->stop;
 }
@@ -149,13 +153,13 @@ $node->start;
 my $l0 = init_lsn($node);
 $node->safe_psql('postgres', q{UPDATE pgbench_branches SET bbalance = bbalance + 1; CHECKPOINT});
 $node->stop('immediate');
-rmtree(summary_dir($pgdata));
+remove_summaries($pgdata);
 my $offset = log_position($node);
 $node->start;
 my $init = init_lsn($node);
 my $log = log_since($node, $offset);
 like($log, qr/WARNING:  ptrack restarted change tracking at [0-9A-F\/]+: no change summaries end where the saved map is complete/,
-	'small map, pg_wal/ptrack removed: tracking restarts with the WARNING');
+	'small map, summaries removed: tracking restarts with the WARNING');
 cmp_ok(lsn_to_int($init), '>', lsn_to_int($l0), "small map: ptrack_init_lsn() $init moves past $l0");
 my ($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('$l0')");
 isnt($ret, 0, 'small map: ptrack_get_pagemapset(L0) refuses') or diag "it answered $out";

@@ -4,7 +4,7 @@
 
 =head1 NAME
 
-PtrackCluster - small helpers for TAP tests of ptrack's map persistence
+PtrackCluster - the TAP tests' nodes, and ptrack's files in their data directories
 
 =head1 SYNOPSIS
 
@@ -19,11 +19,14 @@ PtrackCluster - small helpers for TAP tests of ptrack's map persistence
   my $offset = log_position($node);
   ...
   my $header = map_header($node->data_dir);   # undef if no ptrack.map
+  my $delta = ptrack_file($node->data_dir, 'ptrack.map.delta');
 
 =head1 DESCRIPTION
 
 Creates (but does not start) a PostgreSQL::Test::Cluster node with ptrack in
-shared_preload_libraries, and reads the header of F<ptrack.map> on its own,
+shared_preload_libraries, knows where ptrack keeps its files (the data
+directory with the hooks, F<pg_wal/ptrack> with wal capture:
+src/pg/persist/state_files.h), and reads the header of F<ptrack.map> on its own,
 from the byte layout documented in include/ptrack/map_file.h and
 src/engine/map_file.cpp, so that tests can tell one map file from another
 without asking the server.
@@ -45,6 +48,11 @@ use PostgreSQL::Test::Utils;
 
 our @EXPORT_OK = qw(
   capture_mode
+  state_dir
+  ptrack_file
+  ptrack_path
+  ptrack_files_outside
+  to_old_layout
   new_node
   server_major
   server_has_hooks
@@ -86,6 +94,79 @@ sub capture_mode
 {
 	return $ENV{PTRACK_CAPTURE} if $ENV{PTRACK_CAPTURE};
 	return server_has_hooks() ? 'hooks' : 'wal';
+}
+
+=item state_dir($pgdata, $mode)
+
+The folder of ptrack's own files (ptrack.map, ptrack.map.delta,
+ptrack.limits, ptrack.sizes and their temporary files) in the data directory
+C<$pgdata> under capture mode C<$mode> (default capture_mode()): C<$pgdata>
+itself for the hooks, C<$pgdata/pg_wal/ptrack> for wal capture.
+
+=item ptrack_file($pgdata, $name, $mode)
+
+C<state_dir($pgdata, $mode)/$name>.
+
+=item ptrack_path($name, $mode)
+
+The same file as the server names it in its messages: relative to the data
+directory (F<ptrack.map>, F<pg_wal/ptrack/ptrack.map>).
+
+=item ptrack_files_outside($pgdata)
+
+The names of ptrack's files at the top of C<$pgdata> (ptrack.* and
+ptrack_*), sorted: with wal capture there must be none.
+
+=cut
+
+sub ptrack_path
+{
+	my ($name, $mode) = @_;
+	return (($mode // capture_mode()) eq 'wal' ? 'pg_wal/ptrack/' : '') . $name;
+}
+
+sub state_dir
+{
+	my ($pgdata, $mode) = @_;
+	return ($mode // capture_mode()) eq 'wal' ? "$pgdata/pg_wal/ptrack" : $pgdata;
+}
+
+sub ptrack_file
+{
+	my ($pgdata, $name, $mode) = @_;
+	return "$pgdata/" . ptrack_path($name, $mode);
+}
+
+sub ptrack_files_outside
+{
+	my ($pgdata) = @_;
+	opendir(my $dh, $pgdata) or croak "opendir $pgdata: $!";
+	my @names = sort grep { /^ptrack[._]/ } readdir $dh;
+	closedir $dh;
+	return @names;
+}
+
+=item to_old_layout($pgdata)
+
+In the data directory of a stopped node with wal capture: moves ptrack's
+own files from F<pg_wal/ptrack> to the top of the data directory, where the
+version of ptrack before this one kept them (the summaries stay).  Returns
+the names moved.
+
+=cut
+
+sub to_old_layout
+{
+	my ($pgdata) = @_;
+	my @moved;
+	for my $name (qw(ptrack.map ptrack.map.delta ptrack.limits ptrack.sizes ptrack.sizes.new))
+	{
+		my $from = ptrack_file($pgdata, $name, 'wal');
+		next unless -e $from;
+		rename($from, "$pgdata/$name") or croak "rename $from: $!";
+		push @moved, $name;
+	}
+	return @moved;
 }
 
 =item server_has_hooks()
@@ -260,10 +341,11 @@ sub ptrack_node
 
 =pod
 
-=item map_header($pgdata, $file)
+=item map_header($pgdata, $mode)
 
-Reads the header of C<$pgdata/$file> (default F<ptrack.map>) and returns a
-hashref, or undef if the file does not exist:
+Reads the header of F<ptrack.map> in the data directory C<$pgdata> (or a
+backup of one), where capture mode C<$mode> keeps it (ptrack_file(); default
+capture_mode()), and returns a hashref, or undef if the file does not exist:
 
   size                 file size in bytes
   magic                the first 8 bytes as a string
@@ -302,8 +384,8 @@ sub _lsn_text
 
 sub map_header
 {
-	my ($pgdata, $file) = @_;
-	my $path = "$pgdata/" . ($file // 'ptrack.map');
+	my ($pgdata, $mode) = @_;
+	my $path = ptrack_file($pgdata, 'ptrack.map', $mode);
 	return undef unless -e $path;
 	my $size = -s $path;
 	open(my $fh, '<:raw', $path) or croak "could not open \"$path\": $!";
@@ -336,16 +418,16 @@ sub map_header
 
 =item set_map_server_major($pgdata, $major)
 
-Rewrites the PostgreSQL major version recorded in C<$pgdata/ptrack.map>
-(offset 108) and the header's CRC: the file then looks written by a server
-of that major version.
+Rewrites the PostgreSQL major version recorded in the F<ptrack.map> of
+C<$pgdata> (ptrack_file(), offset 108) and the header's CRC: the file then
+looks written by a server of that major version.
 
 =cut
 
 sub set_map_server_major
 {
 	my ($pgdata, $major) = @_;
-	my $path = "$pgdata/ptrack.map";
+	my $path = ptrack_file($pgdata, 'ptrack.map');
 	open(my $fh, '+<:raw', $path) or croak "could not open \"$path\": $!";
 	my $bytes;
 	read($fh, $bytes, 512) == 512 or croak "short read of \"$path\"";
@@ -361,7 +443,7 @@ sub set_map_server_major
 
 =item delta_batches($pgdata)
 
-The batches of C<$pgdata/ptrack.map.delta> (layout in
+The batches of the F<ptrack.map.delta> of C<$pgdata> (ptrack_file(); layout in
 include/ptrack/map_delta.h and src/engine/map_delta.cpp) up to the first one
 that is short or has a bad magic or header CRC: a list of hashrefs
 
@@ -376,7 +458,7 @@ Entry CRCs are not checked.  The empty list if there is no delta file.
 sub delta_batches
 {
 	my ($pgdata) = @_;
-	my $path = "$pgdata/ptrack.map.delta";
+	my $path = ptrack_file($pgdata, 'ptrack.map.delta');
 	return () unless -e $path;
 	open(my $fh, '<:raw', $path) or croak "could not open \"$path\": $!";
 	my $size = -s $fh;
@@ -492,7 +574,9 @@ sub log_since
 =item not_trusted_re($reason)
 
 A regex for the server's WARNING about a rejected map, with C<$reason> the
-exact text of the reason (C<undef> for any reason).
+exact text of the reason (C<undef> for any reason).  The map is named where
+either source keeps it (F<ptrack.map>, F<pg_wal/ptrack/ptrack.map>): after a
+change of ptrack.capture the refused map is the other source's.
 
 =item count_matches($text, $re)
 
@@ -503,7 +587,7 @@ How many times C<$re> matches in C<$text>.
 sub not_trusted_re
 {
 	my ($reason) = @_;
-	my $prefix = 'WARNING:  ptrack map file "ptrack\.map" is not trusted because ';
+	my $prefix = 'WARNING:  ptrack map file "(?:pg_wal/ptrack/)?ptrack\.map" is not trusted because ';
 	return defined $reason ? qr/$prefix\Q$reason\E$/m : qr/$prefix/;
 }
 

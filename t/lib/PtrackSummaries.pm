@@ -32,7 +32,7 @@ use Exporter 'import';
 use PtrackCluster;
 
 our @EXPORT_OK = qw(summary_dir summaries chain_break describe_summaries lsn_text summary_temp_files
-  summary_name copy_summary_as summary_forks_in summary_fork_limits);
+  summary_name copy_summary_as summary_forks_in summary_fork_limits remove_summaries);
 
 =pod
 
@@ -42,7 +42,13 @@ our @EXPORT_OK = qw(summary_dir summaries chain_break describe_summaries lsn_tex
 
 =item summary_dir($pgdata)
 
-The directory of the summaries.
+The directory of the summaries (where wal capture keeps its map too).
+
+=item remove_summaries($pgdata)
+
+Removes the summary files (and their .tmp files) of a stopped server, and
+nothing else: what a data directory of a version of ptrack without
+summaries looks like, or one whose summaries were lost.
 
 =item lsn_text($lsn)
 
@@ -70,7 +76,8 @@ The first place where the chain breaks (a hole or an overlap), or ''.
 
 =item summary_temp_files($pgdata)
 
-The names of the .tmp files in the directory.
+The names of the summaries' .tmp files in the directory ("<name>.summary.tmp";
+the map's own files, which live there too, are not counted).
 
 =item copy_summary_as($pgdata, $source_name, $start, $end [, $flags])
 
@@ -244,11 +251,24 @@ sub summary_fork_limits
 		  summary_forks_in(summary_dir($pgdata) . "/$name") };
 }
 
+sub remove_summaries
+{
+	my ($pgdata) = @_;
+	my $dir = summary_dir($pgdata);
+	opendir(my $dh, $dir) or return;
+	for my $name (grep { /^[0-9A-F]{32}\.summary(?:\.tmp)?$/ } readdir $dh)
+	{
+		unlink("$dir/$name") or croak "unlink $dir/$name: $!";
+	}
+	closedir $dh;
+	return;
+}
+
 sub summary_temp_files
 {
 	my ($pgdata) = @_;
 	opendir(my $dh, summary_dir($pgdata)) or return ();
-	my @t = grep { /\.tmp$/ } readdir $dh;
+	my @t = grep { /^[0-9A-F]{32}\.summary\.tmp$/ } readdir $dh;
 	closedir $dh;
 	return @t;
 }

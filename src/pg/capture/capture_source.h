@@ -136,7 +136,7 @@ struct CaptureSourceOps {
 constexpr bool source_ops_complete(const CaptureSourceOps& ops)
 {
     const SourcePersistence& p = ops.persistence;
-    return ops.name != nullptr && p.fresh_init_detail != nullptr && p.save_failure_detail != nullptr &&
+    return ops.name != nullptr && p.files_dir != nullptr && p.fresh_init_detail != nullptr && p.save_failure_detail != nullptr &&
            p.save_failure_hint != nullptr && p.before_load != nullptr && p.start_fresh != nullptr &&
            p.continue_loaded != nullptr && p.marks_map != nullptr && ops.install != nullptr &&
            ops.save_prepare != nullptr && ops.save_covered_lsn != nullptr && ops.save_sizes != nullptr &&

@@ -15,6 +15,7 @@ extern "C" {
 
 #include "persist/limit_file_io.h"
 #include "persist/map_io.h"
+#include "persist/state_files.h"
 #include "ptrack/limit_file.h"
 #include "core/shared_state.h"
 #include "compat/compat.h"
@@ -48,18 +49,18 @@ bool save_limits(Lsn covered_lsn)
         ereport(WARNING, (errmsg("ptrack could not save its limit table: a bucket could not be read consistently")));
         return false;
     }
-    if (!write_file_fsynced(kLimitTempFileName, save_buffer, bytes, "its limit table"))
+    if (!write_file_fsynced(state_file(StateFile::kLimitsTemp), save_buffer, bytes, "its limit table"))
         return false;
     /* durable_rename fsyncs the new name and the directory. */
-    return rename_for_save(kLimitTempFileName, kLimitFileName, "its limit table");
+    return rename_for_save(state_file(StateFile::kLimitsTemp), state_file(StateFile::kLimits), "its limit table");
 }
 
 const char* load_limits(uint64_t system_identifier, Lsn* covered_lsn)
 {
     if (!limits.attached())
         return "change tracking is off";
-    (void) unlink(kLimitTempFileName); /* a save that never completed */
-    const int fd = OpenTransientFile(kLimitFileName, O_RDONLY | PG_BINARY);
+    (void) unlink(state_file(StateFile::kLimitsTemp)); /* a save that never completed */
+    const int fd = OpenTransientFile(state_file(StateFile::kLimits), O_RDONLY | PG_BINARY);
     if (fd < 0) {
         if (errno == ENOENT)
             return "it does not exist";
@@ -91,12 +92,6 @@ const char* load_limits(uint64_t system_identifier, Lsn* covered_lsn)
         pfree(buffer);
     CloseTransientFile(fd);
     return reason;
-}
-
-void remove_limits_files()
-{
-    remove_file_if_exists(kLimitTempFileName, DEBUG1);
-    remove_file_if_exists(kLimitFileName, LOG);
 }
 
 }  // namespace ptrack::pg

@@ -1,7 +1,7 @@
 /*
  * limit_file_io.h -- the limit table (ptrack/limit_table.h) survives restarts
- * and crashes as $PGDATA/ptrack.limits, saved with the map by the WAL
- * follower and loaded at startup.  The format and its checks are in the
+ * and crashes as ptrack.limits (in pg_wal/ptrack: state_files.h), saved with
+ * the map by the WAL follower and loaded at startup.  The format and its checks are in the
  * engine (ptrack/limit_file.h); this file does the I/O with PostgreSQL's file
  * facilities (map_io.h).
  *
@@ -41,9 +41,6 @@ bool save_limits(Lsn covered_lsn);
  * `system_identifier` is pg_control's.
  */
 const char* load_limits(uint64_t system_identifier, Lsn* covered_lsn);
-
-/* Removes ptrack.limits and its temporary file (tracking off, or the map started afresh). */
-void remove_limits_files();
 
 }  // namespace ptrack::pg
 

@@ -224,6 +224,7 @@ constexpr CaptureSourceOps kHooksSource = [] {
     CaptureSourceOps ops{};
     ops.name = "hooks";
     ops.persistence.id = CaptureSourceId::kHooks;
+    ops.persistence.files_dir = ""; /* the data directory (persist/state_files.h) */
     ops.persistence.fresh_init_detail = "ptrack_init_lsn() is set when tracking is first used.";
     ops.persistence.save_failure_detail =
         "Backups are not affected while the server runs: the changes are tracked in memory. If the server stops or "

@@ -2276,14 +2276,15 @@ constexpr CaptureSourceOps kWalSource = [] {
     CaptureSourceOps ops{};
     ops.name = "wal";
     ops.persistence.id = CaptureSourceId::kWal;
+    ops.persistence.files_dir = kSummaryDir; /* next to the summaries (persist/state_files.h) */
     ops.persistence.fresh_init_detail = "ptrack_init_lsn() is set where the WAL follower starts reading.";
     ops.persistence.save_failure_detail =
         "Backups are not affected yet: the changes are tracked in memory, and the WAL since ptrack's last successful "
         "save is kept (replication slot \"ptrack_wal_follower\") so that tracking survives a restart; pg_wal grows "
         "until a save succeeds. The WAL follower retries with a growing pause.";
     ops.persistence.save_failure_hint =
-        "Make the data directory, pg_wal/ptrack and ptrack's files in them (ptrack.map*, ptrack.limits*, "
-        "ptrack.sizes*, the change summaries) writable by the server's user, and free disk space.";
+        "Make pg_wal/ptrack and ptrack's files in it (ptrack.map*, ptrack.limits*, ptrack.sizes*, the change "
+        "summaries) writable by the server's user, and free disk space.";
     ops.persistence.before_load = wal_before_load;
     ops.persistence.start_fresh = wal_start_fresh;
     ops.persistence.continue_loaded = wal_continue_loaded;

@@ -26,6 +26,7 @@ extern "C" {
 #include "capture/wal/wal_load.h"
 #include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
+#include "persist/state_files.h"
 #include "ptrack/limit_file.h"
 
 namespace ptrack::pg {
@@ -66,11 +67,12 @@ const char* limits_distrust_reason(const ControlFileData* control, Lsn map_cover
     if (why == nullptr && covered >= map_covered)
         return nullptr;
     if (why == nullptr)
-        snprintf(text, sizeof(text), "\"%s\" is complete only up to %X/%X, before the map's %X/%X", kLimitFileName,
+        snprintf(text, sizeof(text), "\"%s\" is complete only up to %X/%X, before the map's %X/%X",
+                 state_file(StateFile::kLimits),
                  PTRACK_LSN_ARGS(covered), PTRACK_LSN_ARGS(map_covered));
     else
-        snprintf(text, sizeof(text), "\"%s\", which the WAL follower needs with it, is not usable: %s", kLimitFileName,
-                 why);
+        snprintf(text, sizeof(text), "\"%s\", which the WAL follower needs with it, is not usable: %s",
+                 state_file(StateFile::kLimits), why);
     return text;
 }
 
