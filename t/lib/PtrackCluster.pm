@@ -67,6 +67,7 @@ our @EXPORT_OK = qw(
   follower_pid
   background_pgbench
   not_trusted_re
+  map_not_inherited_ok
   count_matches
   init_lsn
   rewind_from
@@ -589,6 +590,34 @@ sub not_trusted_re
 	my ($reason) = @_;
 	my $prefix = 'WARNING:  ptrack map file "(?:pg_wal/ptrack/)?ptrack\.map" is not trusted because ';
 	return defined $reason ? qr/$prefix\Q$reason\E$/m : qr/$prefix/;
+}
+
+=item map_not_inherited_ok($node, $offset, $label)
+
+One test: $node, started from a base backup of a ptrack node (its log from
+$offset on), does not use that node's map.  With the hooks the backup
+carried the map, and the server refuses it because of backup_label (the
+WARNING); with wal capture the backup carried none (pg_basebackup copies
+nothing of pg_wal/ptrack), and the server says that tracking starts afresh.
+
+=cut
+
+sub map_not_inherited_ok
+{
+	my ($node, $offset, $label) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $log = log_since($node, $offset);
+	if (capture_mode() eq 'wal')
+	{
+		my $map = quotemeta(ptrack_path('ptrack.map'));
+		Test::More::like($log, qr/LOG:  ptrack map file "$map" not found: change tracking starts afresh/,
+			"$label (wal capture: the backup carried no map)");
+		return;
+	}
+	Test::More::like($log,
+		not_trusted_re('a backup_label file is present (the data directory was restored from a backup or rewound)'),
+		$label);
+	return;
 }
 
 sub count_matches
