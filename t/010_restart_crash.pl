@@ -55,6 +55,7 @@ use Test::More;
 use PtrackCluster
   qw(capture_mode ptrack_node ptrack_file ptrack_path map_header delta_batches log_position log_since not_trusted_re init_lsn);
 use PtrackOracle qw(block_counts lsn_to_int missed_blocks pagemapset show_misses);
+use PtrackUnits qw(BLCKSZ);
 
 my $node = ptrack_node(
 	'restart_crash',
@@ -85,11 +86,11 @@ sub zero_page
 {
 	my ($path, $block) = @_;
 	open(my $fh, '<:raw', "$pgdata/$path") or return 0;
-	seek($fh, $block * 8192, 0) or return 0;
+	seek($fh, $block * BLCKSZ, 0) or return 0;
 	my $page;
-	my $got = read($fh, $page, 8192);
+	my $got = read($fh, $page, BLCKSZ);
 	close $fh;
-	return defined $got && $got == 8192 && $page !~ /[^\0]/;
+	return defined $got && $got == BLCKSZ && $page !~ /[^\0]/;
 }
 
 # The oracle, on a quiet server after a CHECKPOINT.  $min is the least number

@@ -46,6 +46,7 @@ use Test::More;
 use PtrackCluster qw(capture_mode ptrack_node ptrack_file ptrack_path log_position log_since count_matches);
 use PtrackOracle qw(lsn_to_int int_to_lsn);
 use PtrackSummaries qw(summaries copy_summary_as);
+use PtrackUnits qw(BLCKSZ);
 
 my $mode = capture_mode();
 note "capture mode: $mode";
@@ -228,15 +229,15 @@ $node->stop;
 {
 	my $file = "$pgdata/$relpath";
 	open(my $fh, '+<:raw', $file) or die "open $file: $!";
-	seek($fh, 8192, 0) or die "seek: $!";
-	read($fh, my $page, 8192) == 8192 or die "read: $!";
+	seek($fh, BLCKSZ, 0) or die "seek: $!";
+	read($fh, my $page, BLCKSZ) == BLCKSZ or die "read: $!";
 	my $lsn = lsn_to_int($L2);
 	substr($page, 0, 8) = pack('L L', $lsn >> 32, $lsn & 0xFFFFFFFF);
 	# A byte of the first tuple's pad (tuples fill the page from its end).
 	my $pos = rindex($page, 'p');
 	$pos > 24 or die 'planted: unexpected page layout';
 	substr($page, $pos, 1) = 'q';
-	seek($fh, 8192, 0) or die "seek: $!";
+	seek($fh, BLCKSZ, 0) or die "seek: $!";
 	print $fh $page or die "write: $!";
 	close $fh or die "close: $!";
 }

@@ -46,6 +46,8 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
+use PtrackUnits qw(int_to_lsn);
+
 our @EXPORT_OK = qw(
   capture_mode
   state_dir
@@ -377,12 +379,6 @@ sub _crc32c
 	return $crc ^ 0xFFFFFFFF;
 }
 
-sub _lsn_text
-{
-	my ($value) = @_;
-	return sprintf('%X/%X', $value >> 32, $value & 0xFFFFFFFF);
-}
-
 sub map_header
 {
 	my ($pgdata, $mode) = @_;
@@ -403,8 +399,8 @@ sub map_header
 	$h{data_checksum_version} = unpack('L', substr($bytes, 24, 4));
 	$h{chunk_bytes} = unpack('L', substr($bytes, 56, 4));
 	$h{flags} = unpack('L', substr($bytes, 60, 4));
-	$h{init_lsn} = _lsn_text(unpack('Q', substr($bytes, 64, 8)));
-	$h{covered_lsn} = _lsn_text(unpack('Q', substr($bytes, 72, 8)));
+	$h{init_lsn} = int_to_lsn(unpack('Q', substr($bytes, 64, 8)));
+	$h{covered_lsn} = int_to_lsn(unpack('Q', substr($bytes, 72, 8)));
 	$h{flush_redo_lsn} = $h{covered_lsn};
 	$h{source} = unpack('L', substr($bytes, 104, 4));
 	$h{timeline} = unpack('L', substr($bytes, 80, 4));
@@ -477,8 +473,8 @@ sub delta_batches
 		$b{sequence} = unpack('L', substr($raw, 16, 4));
 		$b{flags} = unpack('L', substr($raw, 20, 4));
 		$b{entry_count} = unpack('Q', substr($raw, 24, 8));
-		$b{flush_redo_lsn} = _lsn_text(unpack('Q', substr($raw, 32, 8)));
-		$b{init_lsn} = _lsn_text(unpack('Q', substr($raw, 40, 8)));
+		$b{flush_redo_lsn} = int_to_lsn(unpack('Q', substr($raw, 32, 8)));
+		$b{init_lsn} = int_to_lsn(unpack('Q', substr($raw, 40, 8)));
 		$b{timeline} = unpack('L', substr($raw, 48, 4));
 		$b{bytes} = 64 + 16 * $b{entry_count};
 		last if $offset + $b{bytes} > $size;

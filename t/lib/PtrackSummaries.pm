@@ -30,6 +30,7 @@ use warnings;
 use Carp;
 use Exporter 'import';
 use PtrackCluster;
+use PtrackUnits qw(int_to_lsn);
 
 our @EXPORT_OK = qw(summary_dir summaries chain_break describe_summaries lsn_text summary_temp_files
   summary_name copy_summary_as summary_forks_in summary_fork_limits remove_summaries);
@@ -52,7 +53,7 @@ summaries looks like, or one whose summaries were lost.
 
 =item lsn_text($lsn)
 
-An LSN (an integer) as PostgreSQL prints it.
+An LSN (an integer) as PostgreSQL prints it: PtrackUnits::int_to_lsn().
 
 =item summary_name($start, $end)
 
@@ -108,7 +109,8 @@ since it was listed).
 
 sub summary_dir { my ($pgdata) = @_; return "$pgdata/pg_wal/ptrack"; }
 
-sub lsn_text { my ($v) = @_; return sprintf('%X/%X', $v >> 32, $v & 0xFFFFFFFF); }
+# PtrackUnits::int_to_lsn() under the name the summary tests know it by.
+*lsn_text = \&int_to_lsn;
 
 sub summary_name { my ($start, $end) = @_; return sprintf('%016X%016X.summary', $start, $end); }
 
