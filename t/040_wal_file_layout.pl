@@ -99,16 +99,24 @@ sub goes_on
 	return $log;
 }
 
-my $node = ptrack_node('layout', allows_streaming => 1, conf => "autovacuum = off\n");
-my $pgdata = $node->data_dir;
-$node->start;
-$node->safe_psql('postgres', q{
+# A started node with ptrack, a table t of $rows rows, and a first save.
+sub started_node
+{
+	my ($name, $rows, %opts) = @_;
+	my $n = ptrack_node($name, %opts, conf => "autovacuum = off\n");
+	$n->start;
+	$n->safe_psql('postgres', qq{
 CREATE EXTENSION ptrack;
 CREATE TABLE t (id int, v int, pad text);
-INSERT INTO t SELECT g, 0, repeat('x', 200) FROM generate_series(1, 20000) g;
+INSERT INTO t SELECT g, 0, repeat('x', 200) FROM generate_series(1, $rows) g;
 CHECKPOINT;
 });
-$node->poll_query_until('postgres', 'SELECT saves > 0 FROM ptrack_status') or die 'no save';
+	$n->poll_query_until('postgres', 'SELECT saves > 0 FROM ptrack_status') or die 'no save';
+	return $n;
+}
+
+my $node = started_node('layout', 20000, allows_streaming => 1);
+my $pgdata = $node->data_dir;
 my $init = init_lsn($node);
 
 # ---- 1. start, saves, clean restart, crash --------------------------------------------
@@ -226,15 +234,8 @@ SKIP:
 	skip "$shm is not another file system here", 8
 	  unless -d $shm && -w $shm && (stat $shm)[0] != (stat $node->basedir)[0];
 	my $waldir = File::Temp::tempdir('ptrack_wal_XXXX', DIR => $shm, CLEANUP => 1);
-	my $other = ptrack_node('layout_exdev', extra => [ '-X', "$waldir/pg_wal" ], conf => "autovacuum = off\n");
+	my $other = started_node('layout_exdev', 5000, extra => [ '-X', "$waldir/pg_wal" ]);
 	my $odata = $other->data_dir;
-	$other->start;
-	$other->safe_psql('postgres', q{
-CREATE EXTENSION ptrack;
-CREATE TABLE t (id int, v int, pad text);
-INSERT INTO t SELECT g, 0, repeat('x', 200) FROM generate_series(1, 5000) g;
-CHECKPOINT;
-});
 	my $oinit = init_lsn($other);
 	my $L = $other->lsn('insert');
 	my $baseline = block_counts($odata);
