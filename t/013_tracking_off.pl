@@ -75,7 +75,7 @@ sub functions_refuse
 {
 	my ($label, $message, $db, $prefix) = @_;
 	$prefix //= '';
-	is($node->safe_psql($db, 'SELECT ptrack_version()'), '2.3', "$label: ptrack_version() works");
+	is($node->safe_psql($db, 'SELECT ptrack_version()'), '2.4', "$label: ptrack_version() works");
 	foreach my $f (@functions)
 	{
 		my ($name, $sql) = @$f;
@@ -284,7 +284,7 @@ is($ret, 0, 'not preloaded: CREATE EXTENSION works');
 like($err, qr/WARNING:  ptrack change tracking is off: ptrack is not in shared_preload_libraries\n.*\nHINT:  Add ptrack to shared_preload_libraries, set ptrack.map_size/,
 	'not preloaded: CREATE EXTENSION warns that tracking is off and says how to turn it on');
 is($node->safe_psql('db2', "SELECT extversion FROM pg_extension WHERE extname = 'ptrack'"),
-	'2.3', 'not preloaded: the extension is installed');
+	'2.4', 'not preloaded: the extension is installed');
 is($node->safe_psql('db2', 'SELECT capture, off_reason FROM ptrack_status'),
 	'off|ptrack is not in shared_preload_libraries', 'not preloaded: ptrack_status() says why tracking is off');
 functions_refuse('not preloaded, new database', $not_loaded, 'db2');
