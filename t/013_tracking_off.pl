@@ -299,7 +299,7 @@ SELECT ptrack_init_lsn();
 SELECT count(*) FROM public.ptrack_get_pagemapset('0/1'::pg_lsn);
 SELECT 'still here';
 }, on_error_stop => 0);
-like($out, qr/^2\.3\nstill here$/, 'not preloaded: the session survives LOAD and the failed calls');
+like($out, qr/^2\.4\nstill here$/, 'not preloaded: the session survives LOAD and the failed calls');
 like($err, qr/ERROR:  \Q$not_loaded\E/, 'not preloaded: the calls after LOAD fail with the same error');
 is($node->safe_psql('postgres', 'SELECT 1'), '1', 'not preloaded: the server is up');
 
