@@ -244,7 +244,6 @@ constexpr CaptureSourceOps kHooksSource = [] {
     ops.save_prepare = hooks_save_prepare;
     ops.save_covered_lsn = hooks_save_covered_lsn;
     ops.save_sizes = hooks_save_sizes;
-    ops.saves_limits = false;
     ops.save_point = hooks_save_point;
     ops.save_done = hooks_save_done;
     ops.wait_until_fresh = [] {};
