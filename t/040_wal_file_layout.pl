@@ -1,8 +1,8 @@
 # Copyright (c) the ptrack authors
 #
 # 040_wal_file_layout.pl -- wal capture keeps every file of its own under
-# pg_wal/ptrack (src/pg/persist/state_files.h): the map, its delta, the limit
-# table and the relation file sizes sit next to the change summaries, so
+# pg_wal/ptrack (src/pg/persist/state_files.h): the map, its delta and the
+# relation file sizes sit next to the change summaries, so
 # that a copy of the data directory (pg_basebackup, pg_probackup's FULL
 # backups and catchup) carries none of them.  A data directory of the
 # previous version, which kept them at its top, is moved over at startup,
@@ -150,7 +150,7 @@ foreach my $stop ('fast', 'immediate')
 	my $log = goes_on($node, $offset, $label, $init, $L, $baseline);
 	like($log, qr{LOG:  ptrack moved its files from the data directory to pg_wal/ptrack}, "$label: the move is logged");
 	# (not the delta: the follower's first save writes the whole map and removes it)
-	ok(-e ptrack_file($pgdata, $_), "$label: $_ is in pg_wal/ptrack") for qw(ptrack.map ptrack.limits ptrack.sizes);
+	ok(-e ptrack_file($pgdata, $_), "$label: $_ is in pg_wal/ptrack") for qw(ptrack.map ptrack.sizes);
 }
 
 # ---- 3. a crash in the middle of the move ------------------------------------------

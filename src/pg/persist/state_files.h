@@ -1,10 +1,11 @@
 /*
  * state_files.h -- where ptrack keeps its own files, and how they reach
- * that folder from the other one (docs/design.md section 4).
+ * that folder from the other one (docs/design.md section 5.1).
  *
  * The files: the map (ptrack.map, ptrack.map.tmp, ptrack.map.delta), the
- * limit table (ptrack.limits, ptrack.limits.tmp) and the relation file
- * sizes (ptrack.sizes, ptrack.sizes.new).  Each capture source keeps them
+ * relation file sizes (ptrack.sizes, ptrack.sizes.new) and an earlier
+ * version's limit table (ptrack.limits, ptrack.limits.tmp: read once to
+ * migrate that version's map, capture/wal/map_migration.h).  Each capture source keeps them
  * in one folder (SourcePersistence::files_dir): the hooks in the data
  * directory, wal capture in pg_wal/ptrack, next to its change summaries.
  * pg_basebackup and pg_probackup (FULL backups, catchup) copy none of
