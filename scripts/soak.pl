@@ -48,6 +48,7 @@ BEGIN
 	$tty->autoflush(1);
 }
 
+use Fcntl ();
 use File::Path qw(make_path rmtree);
 use Getopt::Long;
 use IPC::Run;
@@ -62,7 +63,7 @@ use PtrackSoak::Rng;
 use PtrackSoak::Log;
 use PtrackSoak::Workload
   qw(start_clients pause_clients resume_clients stop_clients client_counts write_primary
-  setup_workload_objects);
+  setup_workload_objects backup_lock);
 use PtrackSoak::Faults;
 use PtrackSoak::Backups;
 use PtrackSoak::Checks;
@@ -272,9 +273,11 @@ sub make_standby
 		push @map, "--tablespace-mapping=$loc=" . $sb->basedir . "/tablespace_$oid";
 	}
 	my ($out, $err) = ('', '');
+	my $lock = backup_lock($run, Fcntl::LOCK_EX());
 	IPC::Run::run([ 'pg_basebackup', '-D', $sb->data_dir, '-X', 'stream', '--checkpoint', 'fast',
 			'--no-sync', '-d', $from->connstr('postgres'), @map ], '>', \$out, '2>', \$err)
 	  or die "pg_basebackup for the standby $name failed:\n$err";
+	close $lock;
 	chmod 0700, $sb->data_dir;
 	$sb->append_conf('postgresql.conf', 'port = ' . $sb->port . "\n"
 		  . "unix_socket_directories = '" . $sb->host . "'\nlisten_addresses = ''\n");
@@ -304,14 +307,19 @@ sub take_backup
 	my $p = $cluster->{primary};
 	$faults->lift_limits;
 	pause_clients_or_die() if $o{quiesce} && !$o{stopped};
+	# With a standby, some backups are taken there (the chain goes on from
+	# either node; a quiesced one waits until the standby has replayed
+	# everything, so that it holds what the paused primary holds).
+	my $src = $cluster->{standby} && $rng->chance(0.3) ? $cluster->{standby} : $p;
+	$p->wait_for_catchup($src->name, 'replay', $p->lsn('insert')) if $src != $p && $o{quiesce};
 
 	my $chain = $chains[-1];
 	my $mode = $chain && !$rng->chance(0.1) ? 'PTRACK' : 'FULL';
-	my $init = lsn_to_int($p->safe_psql('postgres', 'SELECT ptrack_init_lsn()'));
+	my $init = lsn_to_int($src->safe_psql('postgres', 'SELECT ptrack_init_lsn()'));
 	my $restarted = $prev && $init > lsn_to_int($prev->{start_lsn});
 	if ($restarted)
 	{
-		my $reason = $p->safe_psql('postgres', 'SELECT last_restart_reason FROM ptrack_status()');
+		my $reason = $src->safe_psql('postgres', 'SELECT last_restart_reason FROM ptrack_status()');
 		my $explained = $faults_since_backup > 0;
 		$count{forced_full}++ if $mode eq 'PTRACK';
 		$count{unexplained_restarts}++ unless $explained;
@@ -320,13 +328,13 @@ sub take_backup
 			  . " is past the previous backup's start $prev->{start_lsn} ($reason): a FULL backup");
 		$mode = 'FULL';
 	}
-	my $b = $pgpb->backup($p, $mode);
+	my $b = $pgpb->backup($src, $mode, $run);
 	if (!$b->{ok} && $b->{refused} && $mode eq 'PTRACK')
 	{
 		$count{forced_full}++;
 		event("pg_probackup refused the PTRACK backup (tracking restarted): a FULL backup");
 		$mode = 'FULL';
-		$b = $pgpb->backup($p, $mode);
+		$b = $pgpb->backup($src, $mode, $run);
 	}
 	if (!$b->{ok} || ($b->{status} // '') !~ /^(OK|DONE)$/)
 	{
@@ -338,16 +346,17 @@ sub take_backup
 	$count{ lc $mode }++;
 	$count{under_load}++ unless $o{quiesce};
 	pause_clients_or_die() if !$o{quiesce} && !$o{stopped};
+	$p->wait_for_catchup($src->name, 'replay', $p->lsn('insert')) if $src != $p;
 
-	# The checks on the source, clients paused.
+	# The checks on the node backed up, clients paused.
 	my @misses;
 	my $checked = 0;
 	my $against = $prev && !$restarted ? $prev : undef;
 	my $note = '';
 	if ($against)
 	{
-		my $o = PtrackSoak::Checks::oracle($p, $against->{start_lsn}, $against->{sizes});
-		my $v = PtrackSoak::Checks::verify($p, $against->{start_lsn});
+		my $o = PtrackSoak::Checks::oracle($src, $against->{start_lsn}, $against->{sizes});
+		my $v = PtrackSoak::Checks::verify($src, $against->{start_lsn});
 		$checked = $o->{blocks};
 		$count{blocks} += $o->{blocks};
 		$count{verify_pages} += $v->{pages};
@@ -360,21 +369,25 @@ sub take_backup
 		if ($full && $full != $against && $rng->chance(0.3)
 			&& $init <= lsn_to_int($full->{start_lsn}))
 		{
-			my $o2 = PtrackSoak::Checks::oracle($p, $full->{start_lsn}, $full->{sizes});
+			my $o2 = PtrackSoak::Checks::oracle($src, $full->{start_lsn}, $full->{sizes});
 			$count{blocks} += $o2->{blocks};
 			push @misses, @{ $o2->{misses} };
 			$note .= sprintf('; since the FULL %s: %d blocks', $full->{start_lsn}, $o2->{blocks});
 		}
 	}
 	my $digests = $o{quiesce} ? cluster_digests($p, large_objects => 1) : undef;
+	# The file sizes the next backup's extension oracle starts from: the
+	# primary's, which are never smaller than a standby's at the same point
+	# (a standby has only the blocks the WAL names), so that they hold for
+	# a check on either node.
 	my %rec = (
 		id => $b->{id},
 		mode => $mode,
 		start_lsn => $b->{start_lsn},
 		stop_lsn => $b->{stop_lsn},
 		sizes => block_counts($p->data_dir),
-		node => $p->name,
-		tablespaces => { map { split /\|/ } split /\n/, $p->safe_psql('postgres',
+		node => $src->name,
+		tablespaces => { map { split /\|/ } split /\n/, $src->safe_psql('postgres',
 			"SELECT oid, pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname LIKE 'soak%'") },
 	);
 	resume_clients($run) unless $o{stopped};
@@ -390,7 +403,8 @@ sub take_backup
 	}
 	$rec{chain} = $chains[-1];
 	my $n = $count{backups};
-	event(sprintf('backup %d %s %s (%s; %s%s; start %s, stop %s)%s', $n, $mode, $b->{id}, $o{why},
+	event(sprintf('backup %d %s %s of %s (%s; %s%s; start %s, stop %s)%s', $n, $mode, $b->{id},
+		$src == $p ? 'the primary' : 'the standby ' . $src->name, $o{why},
 		$o{quiesce} ? 'clients paused' : 'under load', $against ? ", parent $against->{id}" : '',
 		$b->{start_lsn}, $b->{stop_lsn}, $note));
 	if (@misses)

@@ -13,7 +13,7 @@
 # runs the driver (as the unprivileged user ptrack_test when started as
 # root: PostgreSQL refuses to run as root).
 #
-# Usage: scripts/soak.sh --pg-version 15|17|18 --capture hooks|wal --minutes M [--seed S] [--standby] [--clients N] [--big-table-mb MB] [--keep]
+# Usage: scripts/soak.sh --pg-version 15|17|18 --capture hooks|wal --minutes M [--seed S] [--standby] [--clients N] [--big-table-mb MB] [--pg-config PATH [--installed]] [--pg-probackup PATH] [--keep]
 #   --pg-version   the server: 15 wal runs on Debian's postgresql-15; 15
 #                  hooks, 17 and 18 on the build of scripts/build-postgres.sh
 #                  --pg-version N (built if missing, cached); wal capture
@@ -34,14 +34,19 @@
 #   --big-table-mb MB  client 0 grows a table to MB megabytes, past the 1 GB
 #                  segment boundary, and shrinks it again (default 1100 when
 #                  --minutes is at least 10, else 0: none)
+#   --pg-config PATH  another server of that version (ptrack is installed
+#                  into a private copy of it, unless --installed: then it is
+#                  used as it is, ptrack already installed there)
+#   --pg-probackup PATH  the pg_probackup binary (default $PTRACK_PG_PROBACKUP,
+#                  else scripts/build-pg-probackup.sh --pg-version N: built
+#                  from the vendored source, cached)
 #   --keep         keep the run directory (data directories, the pg_probackup
 #                  catalog, logs) even when nothing was missed
 #
-# pg_probackup: $PTRACK_PG_PROBACKUP, else scripts/build-pg-probackup.sh
-# --pg-version N (cached).  Private installs of ptrack are cached in
-# $PTRACK_SOAK_CACHE (default $PTRACK_PG_CACHE/soak, i.e.
+# Private installs of ptrack (scripts/private-server.sh, then make install)
+# are cached in $PTRACK_SOAK_CACHE (default $PTRACK_PG_CACHE/soak, i.e.
 # /var/cache/ptrack-pg/soak), one per server and source tree (the two newest
-# of each server are kept).
+# of each version are kept).
 #
 # As root, the soak also mounts a 48 MB tmpfs for a tablespace that fills
 # up (a full disk); without root, the full disk comes from prlimit --fsize
@@ -57,203 +62,213 @@ set -euo pipefail
 usage() { sed -n '/^# Usage:/,/^#                  catalog, logs) even/p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "soak: $*" >&2; exit 2; }
 
-pg_version= capture= minutes= seed= standby=0 clients=3 big= keep=0
-while [ $# -gt 0 ]; do
-	case $1 in
-		--pg-version|--capture|--minutes|--seed|--clients|--big-table-mb)
-			[ $# -ge 2 ] || die "$1 needs a value (see --help)"
-			case $1 in
-				--pg-version) pg_version=$2 ;;
-				--capture) capture=$2 ;;
-				--minutes) minutes=$2 ;;
-				--seed) seed=$2 ;;
-				--clients) clients=$2 ;;
-				--big-table-mb) big=$2 ;;
-			esac
-			shift 2 ;;
-		--standby) standby=1; shift ;;
-		--keep) keep=1; shift ;;
-		-h|--help) usage; exit 0 ;;
-		*) die "unknown argument '$1' (see --help)" ;;
-	esac
-done
-case $pg_version in
-	15|17|18) ;;
-	'') die "--pg-version is required: 15, 17 or 18 (see --help)" ;;
-	*) die "--pg-version must be 15, 17 or 18, not '$pg_version'" ;;
-esac
-case $capture in
-	hooks|wal) ;;
-	'') die "--capture is required: hooks or wal (see --help)" ;;
-	*) die "--capture must be hooks or wal, not '$capture'" ;;
-esac
-[ -n "$minutes" ] || die "--minutes is required (see --help)"
-[[ $minutes =~ ^[0-9]+(\.[0-9]+)?$ ]] && [ "$(awk -v m="$minutes" 'BEGIN { print (m > 0) }')" = 1 ] ||
-	die "--minutes must be a positive number, not '$minutes'"
-if [ -z "$seed" ]; then
-	seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
-fi
-[[ $seed =~ ^[0-9]+$ ]] || die "--seed must be a non-negative integer, not '$seed'"
-[[ $clients =~ ^[1-8]$ ]] || die "--clients must be 1 to 8, not '$clients'"
-[ -z "$big" ] || [[ $big =~ ^[0-9]+$ ]] || die "--big-table-mb must be a number of megabytes, not '$big'"
-
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$repo"
-echo "soak: seed $seed (scripts/soak.sh --pg-version $pg_version --capture $capture --minutes $minutes --seed $seed$([ "$standby" = 1 ] && echo ' --standby'))"
-
-as_root=0
-[ "$(id -u)" -eq 0 ] && as_root=1
-need=()
-for p in libipc-run-perl prlimit:util-linux; do
-	case $p in
-		*:*) command -v "${p%%:*}" >/dev/null 2>&1 || need+=("${p#*:}") ;;
-		*) dpkg -s "$p" >/dev/null 2>&1 || need+=("$p") ;;
-	esac
-done
-if [ "$pg_version" = 15 ] && [ "$capture" = wal ]; then
-	for p in postgresql-15 postgresql-server-dev-15; do
-		dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+# The whole script is one function, read before it runs: editing the file
+# during a run does not change the run.
+main() {
+	pg_version= capture= minutes= seed= standby=0 clients=3 big= keep=0
+	given_pg_config= installed=0 pg_probackup=
+	while [ $# -gt 0 ]; do
+		case $1 in
+			--pg-version|--capture|--minutes|--seed|--clients|--big-table-mb|--pg-config|--pg-probackup)
+				[ $# -ge 2 ] || die "$1 needs a value (see --help)"
+				case $1 in
+					--pg-config) given_pg_config=$2 ;;
+					--pg-probackup) pg_probackup=$2 ;;
+					--pg-version) pg_version=$2 ;;
+					--capture) capture=$2 ;;
+					--minutes) minutes=$2 ;;
+					--seed) seed=$2 ;;
+					--clients) clients=$2 ;;
+					--big-table-mb) big=$2 ;;
+				esac
+				shift 2 ;;
+			--standby) standby=1; shift ;;
+			--keep) keep=1; shift ;;
+			--installed) installed=1; shift ;;
+			-h|--help) usage; exit 0 ;;
+			*) die "unknown argument '$1' (see --help)" ;;
+		esac
 	done
-fi
-if [ ${#need[@]} -gt 0 ]; then
-	[ "$as_root" = 1 ] || die "missing packages: ${need[*]} (install them as root)"
-	apt-get install -y --no-install-recommends "${need[@]}" >&2
-fi
-
-# --- the server, and ptrack installed into a private copy of it --------------
-
-if [ "$pg_version" = 15 ] && [ "$capture" = wal ]; then
-	server=debian-15
-	server_pg_config=/usr/lib/postgresql/15/bin/pg_config
-else
-	prefix=$(scripts/build-postgres.sh --pg-version "$pg_version" --print-prefix 2>/dev/null || true)
-	if [ -z "$prefix" ] || [ ! -f "$prefix/.ptrack-build-stamp" ]; then
-		echo "soak: building PostgreSQL $pg_version with the core patch (scripts/build-postgres.sh; cached afterwards)..." >&2
-		prefix=$(scripts/build-postgres.sh --pg-version "$pg_version" | tail -n 1)
+	case $pg_version in
+		15|17|18) ;;
+		'') die "--pg-version is required: 15, 17 or 18 (see --help)" ;;
+		*) die "--pg-version must be 15, 17 or 18, not '$pg_version'" ;;
+	esac
+	case $capture in
+		hooks|wal) ;;
+		'') die "--capture is required: hooks or wal (see --help)" ;;
+		*) die "--capture must be hooks or wal, not '$capture'" ;;
+	esac
+	[ -n "$minutes" ] || die "--minutes is required (see --help)"
+	[[ $minutes =~ ^[0-9]+(\.[0-9]+)?$ ]] && [ "$(awk -v m="$minutes" 'BEGIN { print (m > 0) }')" = 1 ] ||
+		die "--minutes must be a positive number, not '$minutes'"
+	if [ -z "$seed" ]; then
+		seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 	fi
-	server=$prefix
-	server_pg_config=$prefix/bin/pg_config
-fi
-[ -x "$server_pg_config" ] || die "no pg_config at $server_pg_config"
+	[[ $seed =~ ^[0-9]+$ ]] || die "--seed must be a non-negative integer, not '$seed'"
+	[[ $clients =~ ^[1-8]$ ]] || die "--clients must be 1 to 8, not '$clients'"
+	[ -z "$big" ] || [[ $big =~ ^[0-9]+$ ]] || die "--big-table-mb must be a number of megabytes, not '$big'"
 
-cache=${PTRACK_SOAK_CACHE:-${PTRACK_PG_CACHE:-/var/cache/ptrack-pg}/soak}
-mkdir -p "$cache" 2>/dev/null && [ -w "$cache" ] ||
-	die "cannot write the install cache $cache: set PTRACK_SOAK_CACHE to a writable directory"
-tree_hash=$(find Makefile ptrack.control ./*.sql src include -type f -print0 | sort -z |
-	xargs -0 sha256sum | sha256sum | cut -c1-12)
-key=$(printf '%s\n' "$server" "$("$server_pg_config" --version)" "$tree_hash" | sha256sum | cut -c1-12)
-tag=pg$pg_version-$([ "$server" = debian-15 ] && echo debian || echo build)
-install=$cache/$tag-$key
-if [ "$server" = debian-15 ]; then
-	pg_config=$install/lib/postgresql/15/bin/pg_config
-else
-	pg_config=$install/bin/pg_config
-fi
-if [ ! -f "$install/.soak-install-stamp" ]; then
-	(
-		flock 9
-		[ -f "$install/.soak-install-stamp" ] && exit 0
-		echo "soak: installing ptrack into a private copy of the server: $install" >&2
-		rm -rf "$install" "$install.tmp"
-		mkdir -p "$install.tmp"
-		# The copy keeps the installation's layout: PostgreSQL finds its
-		# share and lib directories relative to its binaries.
-		if [ "$server" = debian-15 ]; then
-			mkdir -p "$install.tmp/lib/postgresql" "$install.tmp/share/postgresql" "$install.tmp/include"
-			cp -a /usr/lib/postgresql/15 "$install.tmp/lib/postgresql/"
-			cp -a /usr/share/postgresql/15 "$install.tmp/share/postgresql/"
-			cp -a /usr/include/postgresql "$install.tmp/include/"
-		else
-			cp -a "$server/." "$install.tmp/"
-		fi
-		build=$install.tmp/ptrack-build
-		mkdir -p "$build"
-		cp -a Makefile ptrack.control ./*.sql src include scripts t "$build/"
-		tmp_pg_config=${pg_config/#$install/$install.tmp}
-		if ! nice -n 10 make -s -C "$build" -j2 PG_CONFIG="$tmp_pg_config" install >"$install.tmp/ptrack-build.log" 2>&1; then
-			tail -n 40 "$install.tmp/ptrack-build.log" >&2
-			die "building ptrack failed (log: $install.tmp/ptrack-build.log)"
-		fi
-		rm -rf "$build"
-		date -u +%Y-%m-%dT%H:%M:%SZ >"$install.tmp/.soak-install-stamp"
-		mv "$install.tmp" "$install"
-		# The two newest installs of this server are kept.
-		ls -dt "$cache/$tag"-* 2>/dev/null | grep -v '\.tmp$' | tail -n +3 | xargs -r rm -rf
-	) 9>"$cache/.lock"
-fi
-[ -x "$pg_config" ] || die "no pg_config in the private install $install"
+	repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+	cd "$repo"
+	echo "soak: seed $seed (scripts/soak.sh --pg-version $pg_version --capture $capture --minutes $minutes --seed $seed$([ "$standby" = 1 ] && echo ' --standby'))"
 
-if [ -n "${PTRACK_PG_PROBACKUP:-}" ]; then
-	pg_probackup=$PTRACK_PG_PROBACKUP
-else
-	rc=0
-	pg_probackup=$(scripts/build-pg-probackup.sh --pg-version "$pg_version" 2>"$cache/pg_probackup-$pg_version.log" | tail -n 1) || rc=$?
-	if [ "$rc" -ne 0 ] || [ -z "$pg_probackup" ]; then
-		tail -n 20 "$cache/pg_probackup-$pg_version.log" >&2
-		die "no pg_probackup for PostgreSQL $pg_version: set PTRACK_PG_PROBACKUP=/path/to/pg_probackup (2.5.x built for $pg_version), or see scripts/build-pg-probackup.sh"
+	as_root=0
+	[ "$(id -u)" -eq 0 ] && as_root=1
+	need=()
+	for p in libipc-run-perl prlimit:util-linux; do
+		case $p in
+			*:*) command -v "${p%%:*}" >/dev/null 2>&1 || need+=("${p#*:}") ;;
+			*) dpkg -s "$p" >/dev/null 2>&1 || need+=("$p") ;;
+		esac
+	done
+	if [ "$pg_version" = 15 ] && [ "$capture" = wal ]; then
+		for p in postgresql-15 postgresql-server-dev-15; do
+			dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+		done
 	fi
-fi
-[ -x "$pg_probackup" ] || die "pg_probackup '$pg_probackup' is not executable"
+	if [ ${#need[@]} -gt 0 ]; then
+		[ "$as_root" = 1 ] || die "missing packages: ${need[*]} (install them as root)"
+		apt-get install -y --no-install-recommends "${need[@]}" >&2
+	fi
 
-# --- the run ----------------------------------------------------------------------
+	# --- the server, and ptrack installed into a private copy of it --------------
 
-pgxs_dir=$(dirname "$(dirname "$("$pg_config" --pgxs)")")
-run=$(mktemp -d "${TMPDIR:-/tmp}/ptrack-soak.XXXXXX")
-chmod 755 "$run"
-mkdir -p "$run/lib/PtrackSoak" "$run/portlock"
-cp scripts/soak.pl "$run/"
-cp t/lib/*.pm "$run/lib/"
-cp t/lib/PtrackSoak/*.pm "$run/lib/PtrackSoak/"
-
-run_as=()
-tiny=
-if [ "$as_root" = 1 ]; then
-	id ptrack_test >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash ptrack_test
-	chown -R ptrack_test "$run"
-	run_as=(runuser -u ptrack_test --)
-	# A tablespace on a tiny file system: it fills up.
-	tiny=$run/tiny
-	mkdir "$tiny"
-	if mount -t tmpfs -o "size=48m,mode=0700,uid=$(id -u ptrack_test),gid=$(id -g ptrack_test)" ptrack-soak-tiny "$tiny"; then
-		:
+	if [ -n "$given_pg_config" ]; then
+		[ -x "$given_pg_config" ] || die "--pg-config $given_pg_config is not executable"
+		"$given_pg_config" --version | grep -q "^PostgreSQL $pg_version\." ||
+			die "--pg-config $given_pg_config is $("$given_pg_config" --version), not PostgreSQL $pg_version"
+		server_pg_config=$given_pg_config
+		server=$(dirname "$("$given_pg_config" --bindir)")
+	elif [ "$pg_version" = 15 ] && [ "$capture" = wal ]; then
+		server_pg_config=/usr/lib/postgresql/15/bin/pg_config
+		server=debian-15
 	else
-		echo "soak: could not mount a tmpfs for the tiny tablespace; the full disk comes from prlimit only" >&2
-		rmdir "$tiny"
-		tiny=
+		prefix=$(scripts/build-postgres.sh --pg-version "$pg_version" --print-prefix 2>/dev/null || true)
+		if [ -z "$prefix" ] || [ ! -f "$prefix/.ptrack-build-stamp" ]; then
+			echo "soak: building PostgreSQL $pg_version with the core patch (scripts/build-postgres.sh; cached afterwards)..." >&2
+			prefix=$(scripts/build-postgres.sh --pg-version "$pg_version" | tail -n 1)
+		fi
+		server_pg_config=$prefix/bin/pg_config
+		server=$prefix
 	fi
-fi
+	[ -x "$server_pg_config" ] || die "no pg_config at $server_pg_config"
 
-cleanup() {
-	local status=$?
-	if [ -n "$tiny" ] && mountpoint -q "$tiny"; then
-		if [ -e "$run/KEEP" ] || [ "$keep" = 1 ] || [ "$status" -ne 0 ]; then
-			# The kept data directories' tablespace lives on the tmpfs:
-			# copy it out before it goes.
-			mkdir -p "$run/tiny.kept"
-			cp -a "$tiny/." "$run/tiny.kept/" 2>/dev/null || true
-			umount "$tiny" && cp -a "$run/tiny.kept/." "$tiny/" && rm -rf "$run/tiny.kept"
-		else
-			umount "$tiny"
+	if [ "$installed" = 1 ]; then
+		[ -n "$given_pg_config" ] || die "--installed goes with --pg-config"
+		[ -f "$("$server_pg_config" --pkglibdir)/ptrack.so" ] ||
+			die "--installed, but $("$server_pg_config" --pkglibdir) has no ptrack.so"
+		pg_config=$server_pg_config
+	else
+		cache=${PTRACK_SOAK_CACHE:-${PTRACK_PG_CACHE:-/var/cache/ptrack-pg}/soak}
+		mkdir -p "$cache" 2>/dev/null && [ -w "$cache" ] ||
+			die "cannot write the install cache $cache: set PTRACK_SOAK_CACHE to a writable directory"
+		tree_hash=$(find Makefile ptrack.control ./*.sql src include -type f -print0 | sort -z |
+			xargs -0 sha256sum | sha256sum | cut -c1-12)
+		key=$(printf '%s\n' "$server" "$("$server_pg_config" --version)" "$tree_hash" | sha256sum | cut -c1-12)
+		tag=pg$pg_version
+		install=$cache/$tag-$key
+		if [ ! -f "$install/.soak-install-stamp" ]; then
+			(
+				flock 9
+				[ -f "$install/.soak-install-stamp" ] && exit 0
+				echo "soak: installing ptrack into a private copy of the server: $install" >&2
+				rm -rf "$install" "$install.tmp"
+				tmp_pg_config=$(scripts/private-server.sh "$server_pg_config" "$install.tmp")
+				build=$install.tmp/ptrack-build
+				mkdir -p "$build"
+				cp -a Makefile ptrack.control ./*.sql src include scripts t "$build/"
+				if ! nice -n 10 make -s -C "$build" -j2 PG_CONFIG="$tmp_pg_config" install >"$install.tmp/ptrack-build.log" 2>&1; then
+					tail -n 40 "$install.tmp/ptrack-build.log" >&2
+					die "building ptrack failed (log: $install.tmp/ptrack-build.log)"
+				fi
+				rm -rf "$build"
+				echo "${tmp_pg_config#"$install.tmp"}" >"$install.tmp/.soak-install-stamp"
+				mv "$install.tmp" "$install"
+				# The two newest installs of each version are kept.
+				ls -dt "$cache/$tag"-* 2>/dev/null | grep -v '\.tmp$' | tail -n +3 | xargs -r rm -rf
+			) 9>"$cache/.lock"
+		fi
+		pg_config=$install$(cat "$install/.soak-install-stamp")
+	fi
+	[ -x "$pg_config" ] || die "no pg_config at $pg_config"
+
+	if [ -n "$pg_probackup" ]; then
+		:
+	elif [ -n "${PTRACK_PG_PROBACKUP:-}" ]; then
+		pg_probackup=$PTRACK_PG_PROBACKUP
+	else
+		rc=0
+		pg_probackup=$(scripts/build-pg-probackup.sh --pg-version "$pg_version" 2>"$cache/pg_probackup-$pg_version.log" | tail -n 1) || rc=$?
+		if [ "$rc" -ne 0 ] || [ -z "$pg_probackup" ]; then
+			tail -n 20 "$cache/pg_probackup-$pg_version.log" >&2
+			die "no pg_probackup for PostgreSQL $pg_version: set PTRACK_PG_PROBACKUP=/path/to/pg_probackup (2.5.x built for $pg_version), or see scripts/build-pg-probackup.sh"
 		fi
 	fi
-	if [ "$status" -eq 0 ] && [ "$keep" = 0 ] && [ ! -e "$run/KEEP" ]; then
-		rm -rf "$run"
+	[ -x "$pg_probackup" ] || die "pg_probackup '$pg_probackup' is not executable"
+
+	# --- the run ----------------------------------------------------------------------
+
+	pgxs_dir=$(dirname "$(dirname "$("$pg_config" --pgxs)")")
+	run=$(mktemp -d "${TMPDIR:-/tmp}/ptrack-soak.XXXXXX")
+	chmod 755 "$run"
+	mkdir -p "$run/lib/PtrackSoak" "$run/portlock"
+	cp scripts/soak.pl "$run/"
+	cp t/lib/*.pm "$run/lib/"
+	cp t/lib/PtrackSoak/*.pm "$run/lib/PtrackSoak/"
+
+	run_as=()
+	tiny=
+	if [ "$as_root" = 1 ]; then
+		id ptrack_test >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash ptrack_test
+		chown -R ptrack_test "$run"
+		run_as=(runuser -u ptrack_test --)
+		# A tablespace on a tiny file system: it fills up.
+		tiny=$run/tiny
+		mkdir "$tiny"
+		if mount -t tmpfs -o "size=48m,mode=0700,uid=$(id -u ptrack_test),gid=$(id -g ptrack_test)" ptrack-soak-tiny "$tiny"; then
+			:
+		else
+			echo "soak: could not mount a tmpfs for the tiny tablespace; the full disk comes from prlimit only" >&2
+			rmdir "$tiny"
+			tiny=
+		fi
 	fi
+
+	cleanup() {
+		local status=$?
+		if [ -n "$tiny" ] && mountpoint -q "$tiny"; then
+			if [ -e "$run/KEEP" ] || [ "$keep" = 1 ] || [ "$status" -ne 0 ]; then
+				# The kept data directories' tablespace lives on the tmpfs:
+				# copy it out before it goes.
+				mkdir -p "$run/tiny.kept"
+				cp -a "$tiny/." "$run/tiny.kept/" 2>/dev/null || true
+				umount "$tiny" && cp -a "$run/tiny.kept/." "$tiny/" && rm -rf "$run/tiny.kept"
+			else
+				umount "$tiny"
+			fi
+		fi
+		if [ "$status" -eq 0 ] && [ "$keep" = 0 ] && [ ! -e "$run/KEEP" ]; then
+			rm -rf "$run"
+		fi
+		exit "$status"
+	}
+	trap cleanup EXIT
+	trap 'exit 130' INT TERM
+
+	driver_env=(PATH="$("$pg_config" --bindir):$PATH" PERL5LIB="$pgxs_dir/test/perl:$run/lib"
+		TESTDIR="$run" TMPDIR="$run" PG_REGRESS="$pgxs_dir/test/regress/pg_regress"
+		TESTDATADIR="$run/tmp_check" TESTLOGDIR="$run/tmp_check/log" PG_TEST_PORT_DIR="$run/portlock"
+		PG_TEST_TIMEOUT_DEFAULT=600 PTRACK_CAPTURE="$capture")
+	args=(--pg-version "$pg_version" --capture "$capture" --minutes "$minutes" --seed "$seed"
+		--clients "$clients" --pg-probackup "$pg_probackup")
+	[ "$standby" = 1 ] && args+=(--standby)
+	[ -n "$big" ] && args+=(--big-table-mb "$big")
+	[ -n "$tiny" ] && args+=(--tiny-dir "$tiny")
+	[ "$keep" = 1 ] && args+=(--keep)
+	status=0
+	(cd "$run" && "${run_as[@]}" env "${driver_env[@]}" perl "$run/soak.pl" "${args[@]}") || status=$?
 	exit "$status"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
-driver_env=(PATH="$("$pg_config" --bindir):$PATH" PERL5LIB="$pgxs_dir/test/perl:$run/lib"
-	TESTDIR="$run" TMPDIR="$run" PG_REGRESS="$pgxs_dir/test/regress/pg_regress"
-	TESTDATADIR="$run/tmp_check" TESTLOGDIR="$run/tmp_check/log" PG_TEST_PORT_DIR="$run/portlock"
-	PG_TEST_TIMEOUT_DEFAULT=600 PTRACK_CAPTURE="$capture")
-args=(--pg-version "$pg_version" --capture "$capture" --minutes "$minutes" --seed "$seed"
-	--clients "$clients" --pg-probackup "$pg_probackup")
-[ "$standby" = 1 ] && args+=(--standby)
-[ -n "$big" ] && args+=(--big-table-mb "$big")
-[ -n "$tiny" ] && args+=(--tiny-dir "$tiny")
-[ "$keep" = 1 ] && args+=(--keep)
-status=0
-(cd "$run" && "${run_as[@]}" env "${driver_env[@]}" perl "$run/soak.pl" "${args[@]}") || status=$?
-exit "$status"
+main "$@"

@@ -9,7 +9,7 @@
 #
 #   my $pb = PtrackSoak::Backups->new($binary, "$run/catalog", $log);
 #   $pb->init($node);
-#   my $b = $pb->backup($node, 'PTRACK');   # { ok, id, start_lsn, stop_lsn,
+#   my $b = $pb->backup($node, 'PTRACK', $run);   # { ok, id, start_lsn, stop_lsn,
 #                                           #   tli, status, out, refused }
 #   $pb->restore($b->{id}, $pgdata, { old_location => new_location });
 #   $pb->delete($full_id);                  # a chain, with its children
@@ -20,8 +20,11 @@ use strict;
 use warnings;
 
 use Carp;
+use Fcntl ();
 use IPC::Run;
 use JSON::PP ();
+
+use PtrackSoak::Workload ();
 
 use constant INSTANCE => 'soak';
 
@@ -61,16 +64,19 @@ sub init
 	return;
 }
 
-# A backup of $node in $mode (FULL or PTRACK).  refused is set when
+# A backup of $node in $mode (FULL or PTRACK), holding the run directory's
+# backup.lock (PtrackSoak::Workload) meanwhile.  refused is set when
 # pg_probackup refused a PTRACK backup because tracking restarted after the
 # parent's start (its "Create new full backup" error): the caller takes a
 # FULL then.
 sub backup
 {
-	my ($self, $node, $mode) = @_;
+	my ($self, $node, $mode, $run) = @_;
+	my $lock = PtrackSoak::Workload::backup_lock($run, Fcntl::LOCK_EX());
 	my ($rc, $out) = $self->run('backup', '-B', $self->{catalog}, '--instance', INSTANCE,
 		'-b', $mode, '--stream', '--temp-slot', '--no-sync', '--no-validate', '-j', '2',
 		'-D', $node->data_dir, '-h', $node->host, '-p', $node->port, '-d', 'postgres');
+	close $lock;
 	my %b = (ok => $rc == 0, out => $out, mode => $mode);
 	($b{id}) = $out =~ /INFO: Backup (\w+) completed/;
 	($b{id}) = $out =~ /INFO: Backup start, pg_probackup version: .*?, instance: .*?, backup ID: (\w+)/

@@ -44,13 +44,14 @@ use strict;
 use warnings;
 
 use Carp;
+use Fcntl ();
 use File::Copy qw(copy);
 use File::Path qw(rmtree);
 use IPC::Run;
 use Time::HiRes qw(sleep time);
 
 use PtrackCluster qw(log_position wait_until_recovered);
-use PtrackSoak::Workload qw(write_primary);
+use PtrackSoak::Workload qw(write_primary backup_lock);
 
 my %WEIGHTS = (
 	immediate_stop => 3,
@@ -384,10 +385,12 @@ sub fault_failover
 		my $conf = $old->data_dir . '/postgresql.conf';
 		copy($conf, "$conf.soak") or croak "copy $conf: $!";
 		my ($out, $err) = ('', '');
+		my $lock = backup_lock($cl->{run}, Fcntl::LOCK_EX());
 		IPC::Run::run([ 'pg_rewind', '--target-pgdata', $old->data_dir,
 				'--source-server', $new->connstr('postgres'), '--no-sync' ],
 			'>', \$out, '2>', \$err)
 		  or croak "pg_rewind of " . $old->name . " failed:\n$err";
+		close $lock;
 		copy("$conf.soak", $conf) or croak "copy $conf: $!";
 		$old->enable_streaming($new);
 		start_node($old, 1);

@@ -33,6 +33,9 @@
 #               failover; a client reads it at each connection)
 #   count-<k>   the client's operation counts, written at each pause and
 #               at exit ("operations failed")
+#   backup.lock flock()ed by the driver while pg_probackup runs, and by a
+#               client around ALTER DATABASE SET TABLESPACE (which no
+#               file-level online backup survives: op_alter_database_tablespace)
 # Clients exit with POSIX::_exit, so that the driver's END blocks
 # (PostgreSQL::Test::Cluster stops its nodes there) never run in them.
 
@@ -43,13 +46,14 @@ use warnings;
 
 use Carp;
 use Exporter 'import';
+use Fcntl ();
 use POSIX ();
 use Time::HiRes qw(sleep time);
 
 use PtrackBackup ();    # PtrackBackup::Session: a psql session through pipes
 
 our @EXPORT_OK = qw(start_clients pause_clients resume_clients stop_clients
-  client_counts write_primary setup_workload_objects);
+  client_counts write_primary setup_workload_objects backup_lock);
 
 # Rows of about 2000 bytes, four to a page (STORAGE PLAIN: not compressed),
 # for the table that grows past a segment boundary: 131072 pages are 1 GB.
@@ -225,6 +229,16 @@ sub client_counts
 		$failed += $f // 0;
 	}
 	return ($ops, $failed);
+}
+
+# The lock between a backup (exclusive) and ALTER DATABASE SET TABLESPACE
+# (shared); returns the handle holding it.
+sub backup_lock
+{
+	my ($run, $mode) = @_;
+	open(my $fh, '>>', "$run/backup.lock") or croak "backup.lock: $!";
+	flock($fh, $mode) or croak "flock backup.lock: $!";
+	return $fh;
 }
 
 sub _alive
@@ -1042,7 +1056,15 @@ sub op_alter_database_tablespace
 	my $cur = _q($c, "SELECT t.spcname FROM pg_database d JOIN pg_tablespace t "
 		  . "ON t.oid = d.dattablespace WHERE d.datname = '$db'")->[0][0] // 'pg_default';
 	my $to = _other_tablespace($c, $cur, 0) // return "$db stays in $cur";
+	# Never during a backup: the move deletes the source directory after
+	# copying it, and replay copies the directory again from the source, so
+	# a file-level backup that listed the old directory but reached its
+	# files after the move restores a database with files missing
+	# (PostgreSQL's limitation, whatever the backup tool; the driver holds
+	# the lock exclusively while pg_probackup runs).
+	my $lock = backup_lock($c->{run}, Fcntl::LOCK_SH());
 	_q($c, "ALTER DATABASE $db SET TABLESPACE $to");
+	close $lock;
 	return "$db from $cur to $to";
 }
 
