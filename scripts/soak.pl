@@ -375,7 +375,12 @@ sub take_backup
 			$note .= sprintf('; since the FULL %s: %d blocks', $full->{start_lsn}, $o2->{blocks});
 		}
 	}
-	my $digests = $o{quiesce} ? cluster_digests($p, large_objects => 1) : undef;
+	my $digests;
+	if ($o{quiesce})
+	{
+		$digests = cluster_digests($p, large_objects => 1);
+		$digests->{prepared} = PtrackSoak::Checks::prepared_transactions($p);
+	}
 	# The file sizes the next backup's extension oracle starts from: the
 	# primary's, which are never smaller than a standby's at the same point
 	# (a standby has only the blocks the WAL names), so that they hold for
