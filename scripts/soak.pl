@@ -360,7 +360,15 @@ sub take_backup
 		$checked = $o->{blocks};
 		$count{blocks} += $o->{blocks};
 		$count{verify_pages} += $v->{pages};
-		push @misses, @{ $o->{misses} }, @{ $v->{misses} };
+		push @misses, @{ $o->{misses} };
+		# ptrack_verify() is judged on its own: the blocks it reports that
+		# the oracles did not find, and whether it found theirs.
+		my %seen = map { /^(\S+ block \d+)/ ? ($1 => 1) : () } @misses;
+		my @own = grep { /^(\S+ block \d+)/ && !$seen{$1} } @{ $v->{misses} };
+		push @misses, @own;
+		push @misses, sprintf('ptrack_verify() reports %d of the %d blocks the oracles found missed',
+			scalar(@{ $v->{misses} }) - scalar(@own), scalar(keys %seen))
+		  if %seen;
 		$note = sprintf('; since %s: %d blocks checked (%d at or past it, %d extended), '
 			  . 'ptrack_verify %d pages', $against->{start_lsn}, $o->{blocks}, $o->{at_or_after},
 			$o->{extended}, $v->{pages});
@@ -414,10 +422,11 @@ sub take_backup
 		$b->{start_lsn}, $b->{stop_lsn}, $note));
 	if (@misses)
 	{
-		$count{missed} += @misses;
+		my %blocks = map { /^(\S+ block \d+)/ ? ($1 => 1) : () } @misses;
+		$count{missed} += keys %blocks;
 		fail("backup $n ($mode $b->{id}, parent " . ($against ? $against->{id} : '-')
 			  . ', since ' . ($against ? $against->{start_lsn} : '-') . '): '
-			  . scalar(@misses) . ' blocks missed', @misses);
+			  . scalar(keys %blocks) . ' blocks missed', @misses);
 		return;
 	}
 
