@@ -70,7 +70,7 @@ use PtrackSoak::Checks;
 
 my %opt = (clients => 3);
 GetOptions(\%opt, 'pg-version=s', 'capture=s', 'minutes=f', 'seed=s', 'standby', 'clients=i',
-	'big-table-mb=i', 'pg-probackup=s', 'tiny-dir=s', 'keep')
+	'big-table-mb=i', 'pg-probackup=s', 'tiny-dir=s', 'keep', 'faults=s')
   or die "soak.pl: bad options (run it through scripts/soak.sh --help)\n";
 for my $o (qw(pg-version capture minutes seed pg-probackup))
 {
@@ -233,7 +233,7 @@ sub main
 		my $action = $rng->weighted({ backup => 4, fault => 5 });
 		if ($action eq 'fault')
 		{
-			my $kind = $rng->weighted($faults->weights);
+			my $kind = $rng->weighted(fault_weights());
 			$log->line('driver', "fault $kind ...");
 			my $what = $faults->inject($kind, $rng);
 			$count{faults}++;
@@ -256,6 +256,19 @@ sub main
 	event('clients stopped');
 	take_backup(quiesce => 1, stopped => 1, why => 'the last backup');
 	return;
+}
+
+# The faults to draw from: all that apply to the run, or those --faults
+# names (with their weights).
+sub fault_weights
+{
+	my $w = $faults->weights;
+	return $w unless $opt{faults};
+	my %only = map { $_ => 1 } split /,/, $opt{faults};
+	my %chosen = map { $_ => $w->{$_} } grep { $only{$_} } keys %$w;
+	die "soak.pl: --faults $opt{faults}: none of them applies to this run (these do: "
+	  . join(', ', sort keys %$w) . ")\n" unless %chosen;
+	return \%chosen;
 }
 
 # A streaming standby of $from named $name, from a base backup taken with
@@ -498,7 +511,7 @@ sub report_failure
 	say_tty("soak: seed $opt{seed} (rerun: scripts/soak.sh --pg-version $version --capture "
 		  . "$opt{capture} --minutes $opt{minutes} --seed $opt{seed}"
 		  . ($opt{standby} ? ' --standby' : '') . ($opt{clients} != 3 ? " --clients $opt{clients}" : '')
-		  . ')');
+		  . ($opt{faults} ? " --faults $opt{faults}" : '') . ')');
 	say_tty('soak: the last operations and faults:');
 	say_tty("soak:   $_") for $log->tail(30);
 	if ($clients)

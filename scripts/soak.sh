@@ -13,7 +13,7 @@
 # runs the driver (as the unprivileged user ptrack_test when started as
 # root: PostgreSQL refuses to run as root).
 #
-# Usage: scripts/soak.sh --pg-version 15|17|18 --capture hooks|wal --minutes M [--seed S] [--standby] [--clients N] [--big-table-mb MB] [--pg-config PATH [--installed]] [--pg-probackup PATH] [--keep]
+# Usage: scripts/soak.sh --pg-version 15|17|18 --capture hooks|wal --minutes M [--seed S] [--standby] [--clients N] [--big-table-mb MB] [--faults LIST] [--pg-config PATH [--installed]] [--pg-probackup PATH] [--keep]
 #   --pg-version   the server: 15 wal runs on Debian's postgresql-15; 15
 #                  hooks, 17 and 18 on the build of scripts/build-postgres.sh
 #                  --pg-version N (built if missing, cached); wal capture
@@ -34,6 +34,11 @@
 #   --big-table-mb MB  client 0 grows a table to MB megabytes, past the 1 GB
 #                  segment boundary, and shrinks it again (default 1100 when
 #                  --minutes is at least 10, else 0: none)
+#   --faults LIST  only these faults (comma-separated: immediate_stop,
+#                  kill_postmaster, kill_checkpointer, kill_follower,
+#                  kill_backend, restart, file_size_limit, fill_tablespace,
+#                  summary_memory, full_page_writes, drop_slot, standby_crash,
+#                  failover; default: every one that applies to the run)
 #   --pg-config PATH  another server of that version (ptrack is installed
 #                  into a private copy of it, unless --installed: then it is
 #                  used as it is, ptrack already installed there)
@@ -66,13 +71,14 @@ die() { echo "soak: $*" >&2; exit 2; }
 # during a run does not change the run.
 main() {
 	pg_version= capture= minutes= seed= standby=0 clients=3 big= keep=0
-	given_pg_config= installed=0 pg_probackup=
+	given_pg_config= installed=0 pg_probackup= faults=
 	while [ $# -gt 0 ]; do
 		case $1 in
-			--pg-version|--capture|--minutes|--seed|--clients|--big-table-mb|--pg-config|--pg-probackup)
+			--pg-version|--capture|--minutes|--seed|--clients|--big-table-mb|--pg-config|--pg-probackup|--faults)
 				[ $# -ge 2 ] || die "$1 needs a value (see --help)"
 				case $1 in
 					--pg-config) given_pg_config=$2 ;;
+				--faults) faults=$2 ;;
 					--pg-probackup) pg_probackup=$2 ;;
 					--pg-version) pg_version=$2 ;;
 					--capture) capture=$2 ;;
@@ -108,10 +114,11 @@ main() {
 	[[ $seed =~ ^[0-9]+$ ]] || die "--seed must be a non-negative integer, not '$seed'"
 	[[ $clients =~ ^[1-8]$ ]] || die "--clients must be 1 to 8, not '$clients'"
 	[ -z "$big" ] || [[ $big =~ ^[0-9]+$ ]] || die "--big-table-mb must be a number of megabytes, not '$big'"
+	[ -z "$faults" ] || [[ $faults =~ ^[a-z_]+(,[a-z_]+)*$ ]] || die "--faults takes fault names separated by commas, not '$faults'"
 
 	repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 	cd "$repo"
-	echo "soak: seed $seed (scripts/soak.sh --pg-version $pg_version --capture $capture --minutes $minutes --seed $seed$([ "$standby" = 1 ] && echo ' --standby'))"
+	echo "soak: seed $seed (scripts/soak.sh --pg-version $pg_version --capture $capture --minutes $minutes --seed $seed$([ "$standby" = 1 ] && echo ' --standby')${faults:+ --faults $faults})"
 
 	as_root=0
 	[ "$(id -u)" -eq 0 ] && as_root=1
@@ -166,7 +173,11 @@ main() {
 		tree_hash=$(find Makefile ptrack.control ./*.sql src include -type f -print0 | sort -z |
 			xargs -0 sha256sum | sha256sum | cut -c1-12)
 		key=$(printf '%s\n' "$server" "$("$server_pg_config" --version)" "$tree_hash" | sha256sum | cut -c1-12)
-		tag=pg$pg_version
+		case $server in
+			debian-15) tag=pg15-debian ;;
+			/var/cache/ptrack-pg/*|"${PTRACK_PG_CACHE:-/var/cache/ptrack-pg}"/*) tag=pg$pg_version-build ;;
+			*) tag=pg$pg_version-other ;;
+		esac
 		install=$cache/$tag-$key
 		if [ ! -f "$install/.soak-install-stamp" ]; then
 			(
@@ -185,7 +196,7 @@ main() {
 				rm -rf "$build"
 				echo "${tmp_pg_config#"$install.tmp"}" >"$install.tmp/.soak-install-stamp"
 				mv "$install.tmp" "$install"
-				# The two newest installs of each version are kept.
+				# The two newest installs of each server are kept.
 				ls -dt "$cache/$tag"-* 2>/dev/null | grep -v '\.tmp$' | tail -n +3 | xargs -r rm -rf
 			) 9>"$cache/.lock"
 		fi
@@ -264,6 +275,7 @@ main() {
 		--clients "$clients" --pg-probackup "$pg_probackup")
 	[ "$standby" = 1 ] && args+=(--standby)
 	[ -n "$big" ] && args+=(--big-table-mb "$big")
+	[ -n "$faults" ] && args+=(--faults "$faults")
 	[ -n "$tiny" ] && args+=(--tiny-dir "$tiny")
 	[ "$keep" = 1 ] && args+=(--keep)
 	status=0
