@@ -233,13 +233,20 @@ sub main
 		my $action = $rng->weighted({ backup => 4, fault => 5 });
 		if ($action eq 'fault')
 		{
-			my $kind = $rng->weighted(fault_weights());
-			$log->line('driver', "fault $kind ...");
-			my $what = $faults->inject($kind, $rng);
-			$count{faults}++;
-			$fault_count{$kind}++;
-			$faults_since_backup++;
-			event("fault $kind: $what");
+			# One to three faults, a few seconds apart, the clients running.
+			my $n = $rng->between(1, 3);
+			my $kind;
+			for my $i (1 .. $n)
+			{
+				sleep $rng->between(1, 5) if $i > 1;
+				$kind = $rng->weighted(fault_weights());
+				$log->line('driver', "fault $kind ...");
+				my $what = $faults->inject($kind, $rng);
+				$count{faults}++;
+				$fault_count{$kind}++;
+				$faults_since_backup++;
+				event("fault $kind: $what");
+			}
 			if ($kind =~ /^(immediate_stop|kill_|failover)/ && $rng->chance(0.4))
 			{
 				$count{after_crash}++;
