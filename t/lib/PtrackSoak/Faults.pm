@@ -45,12 +45,11 @@ use warnings;
 
 use Carp;
 use Fcntl ();
-use File::Copy qw(copy);
 use File::Path qw(rmtree);
 use IPC::Run;
 use Time::HiRes qw(sleep time);
 
-use PtrackCluster qw(log_position wait_until_recovered);
+use PtrackCluster qw(log_position rewind_from);
 use PtrackSoak::Workload qw(write_primary backup_lock);
 
 my %WEIGHTS = (
@@ -380,18 +379,10 @@ sub fault_failover
 
 	if ($rng->chance(0.5))
 	{
-		# pg_rewind keeps the target's configuration only if told: keep
-		# the old primary's own postgresql.conf (its port, its address).
-		my $conf = $old->data_dir . '/postgresql.conf';
-		copy($conf, "$conf.soak") or croak "copy $conf: $!";
-		my ($out, $err) = ('', '');
+		# pg_rewind copies files like a backup does (the backup lock).
 		my $lock = backup_lock($cl->{run}, Fcntl::LOCK_EX());
-		IPC::Run::run([ 'pg_rewind', '--target-pgdata', $old->data_dir,
-				'--source-server', $new->connstr('postgres'), '--no-sync' ],
-			'>', \$out, '2>', \$err)
-		  or croak "pg_rewind of " . $old->name . " failed:\n$err";
+		rewind_from($old, $new, test => 0);
 		close $lock;
-		copy("$conf.soak", $conf) or croak "copy $conf: $!";
 		$old->enable_streaming($new);
 		start_node($old, 1);
 		$cl->{standby} = $old;
