@@ -48,7 +48,6 @@ BEGIN
 	$tty->autoflush(1);
 }
 
-use Fcntl ();
 use File::Path qw(make_path rmtree);
 use Getopt::Long;
 use IPC::Run;
@@ -63,7 +62,7 @@ use PtrackSoak::Rng;
 use PtrackSoak::Log;
 use PtrackSoak::Workload
   qw(start_clients pause_clients resume_clients stop_clients client_counts write_primary
-  setup_workload_objects backup_lock);
+  setup_workload_objects);
 use PtrackSoak::Faults;
 use PtrackSoak::Backups;
 use PtrackSoak::Checks;
@@ -213,7 +212,7 @@ sub main
 	say_tty('soak: ' . $pgpb->version);
 	$pgpb->init($primary);
 
-	write_primary($run, $primary);
+	write_primary($run, $primary, $cluster->{standby});
 	$clients = start_clients($opt{clients}, run => $run, log => $log, rng => $rng,
 		tablespaces => [ 'pg_default', sort keys %ts ], big_mb => $opt{'big-table-mb'});
 	event("$opt{clients} clients started");
@@ -280,7 +279,8 @@ sub fault_weights
 
 # A streaming standby of $from named $name, from a base backup taken with
 # pg_basebackup straight into its data directory (its tablespaces in its own
-# directories), started.
+# directories), started.  Made before the clients start, or by a failover
+# that holds the backup lock (PtrackSoak::Workload).
 sub make_standby
 {
 	my ($from, $name) = @_;
@@ -293,11 +293,9 @@ sub make_standby
 		push @map, "--tablespace-mapping=$loc=" . $sb->basedir . "/tablespace_$oid";
 	}
 	my ($out, $err) = ('', '');
-	my $lock = backup_lock($run, Fcntl::LOCK_EX());
 	IPC::Run::run([ 'pg_basebackup', '-D', $sb->data_dir, '-X', 'stream', '--checkpoint', 'fast',
 			'--no-sync', '-d', $from->connstr('postgres'), @map ], '>', \$out, '2>', \$err)
 	  or die "pg_basebackup for the standby $name failed:\n$err";
-	close $lock;
 	chmod 0700, $sb->data_dir;
 	$sb->append_conf('postgresql.conf', 'port = ' . $sb->port . "\n"
 		  . "unix_socket_directories = '" . $sb->host . "'\nlisten_addresses = ''\n");

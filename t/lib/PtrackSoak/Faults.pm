@@ -359,7 +359,11 @@ sub fault_standby_crash
 {
 	my ($self) = @_;
 	my $s = $self->{cl}{standby};
+	# Not between an ALTER DATABASE SET TABLESPACE and the standby's
+	# restartpoint after it (PtrackSoak::Workload).
+	my $lock = backup_lock($self->{cl}{run}, Fcntl::LOCK_EX());
 	my $n = _kill_postmaster($s, 1);
+	close $lock;
 	return 'kill -9 of the standby ' . $s->name . " and its $n children, start";
 }
 
@@ -370,29 +374,34 @@ sub fault_failover
 	my ($old, $new) = ($cl->{primary}, $cl->{standby});
 	my $how = $rng->pick('immediate', 'fast');
 	$self->lift_limits;
+	# No ALTER DATABASE SET TABLESPACE while the nodes change, and pg_rewind
+	# and pg_basebackup copy files as a backup does (PtrackSoak::Workload).
+	my $lock = backup_lock($cl->{run}, Fcntl::LOCK_EX());
 	$old->stop($how, fail_ok => 1);
 	$new->promote;
 	wait_ready($new);
 	$cl->{primary} = $new;
 	write_primary($cl->{run}, $new);
 	my $what = 'primary ' . $old->name . " stopped ($how), standby " . $new->name . ' promoted';
-
-	if ($rng->chance(0.5))
+	my $rewind = $rng->chance(0.5);
+	if ($rewind)
 	{
-		# pg_rewind copies files like a backup does (the backup lock).
-		my $lock = backup_lock($cl->{run}, Fcntl::LOCK_EX());
 		rewind_from($old, $new, test => 0);
-		close $lock;
 		$old->enable_streaming($new);
 		start_node($old, 1);
 		$cl->{standby} = $old;
-		return "$what; the old primary rewound (pg_rewind) and started as its standby";
+		$what .= '; the old primary rewound (pg_rewind) and started as its standby';
 	}
-	my $rebuilt = $cl->{new_standby}->($new);
-	rmtree($old->basedir);
-	$cl->{standby} = $rebuilt;
-	return "$what; the old primary replaced by " . $rebuilt->name
-	  . ', a standby rebuilt from a base backup of the new primary';
+	else
+	{
+		$cl->{standby} = $cl->{new_standby}->($new);
+		rmtree($old->basedir);
+		$what .= '; the old primary replaced by ' . $cl->{standby}->name
+		  . ', a standby rebuilt from a base backup of the new primary';
+	}
+	write_primary($cl->{run}, $new, $cl->{standby});
+	close $lock;
+	return $what;
 }
 
 # Lifts the file size limits and empties the filled tablespace: a backup

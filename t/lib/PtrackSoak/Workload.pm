@@ -31,11 +31,13 @@
 #   stop        exists: finish the current operation and exit
 #   primary     "host port" of the server to connect to (rewritten on a
 #               failover; a client reads it at each connection)
+#   standby     "host port" of the standby, if there is one
 #   count-<k>   the client's operation counts, written at each pause and
 #               at exit ("operations failed")
-#   backup.lock flock()ed by the driver while pg_probackup runs, and by a
-#               client around ALTER DATABASE SET TABLESPACE (which no
-#               file-level online backup survives: op_alter_database_tablespace)
+#   backup.lock flock()ed by the driver while pg_probackup, pg_basebackup or
+#               pg_rewind runs or the standby crashes or changes, and by a
+#               client around ALTER DATABASE SET TABLESPACE (which must not be
+#               replayed twice: op_alter_database_tablespace)
 # Clients exit with POSIX::_exit, so that the driver's END blocks
 # (PostgreSQL::Test::Cluster stops its nodes there) never run in them.
 
@@ -102,14 +104,24 @@ my %BIG_WEIGHTS = (big_grow => 4, big_update => 1.5, big_shrink => 0.6, big_drop
 # The driver's side
 # ---------------------------------------------------------------------------
 
-# Writes the file the clients read the server's address from.
+# Writes the files the clients read the servers' addresses from: primary,
+# and standby (removed when there is none).
 sub write_primary
 {
-	my ($run, $node) = @_;
-	open(my $fh, '>', "$run/primary.tmp") or croak "primary.tmp: $!";
-	print $fh $node->host, ' ', $node->port, "\n";
-	close $fh;
-	rename("$run/primary.tmp", "$run/primary") or croak "rename primary: $!";
+	my ($run, $node, $standby) = @_;
+	for my $f ([ primary => $node ], [ standby => $standby ])
+	{
+		my ($name, $n) = @$f;
+		if (!$n)
+		{
+			unlink "$run/$name";
+			next;
+		}
+		open(my $fh, '>', "$run/$name.tmp") or croak "$name.tmp: $!";
+		print $fh $n->host, ' ', $n->port, "\n";
+		close $fh;
+		rename("$run/$name.tmp", "$run/$name") or croak "rename $name: $!";
+	}
 	return;
 }
 
@@ -1056,16 +1068,47 @@ sub op_alter_database_tablespace
 	my $cur = _q($c, "SELECT t.spcname FROM pg_database d JOIN pg_tablespace t "
 		  . "ON t.oid = d.dattablespace WHERE d.datname = '$db'")->[0][0] // 'pg_default';
 	my $to = _other_tablespace($c, $cur, 0) // return "$db stays in $cur";
-	# Never during a backup: the move deletes the source directory after
-	# copying it, and replay copies the directory again from the source, so
-	# a file-level backup that listed the old directory but reached its
-	# files after the move restores a database with files missing
-	# (PostgreSQL's limitation, whatever the backup tool; the driver holds
-	# the lock exclusively while pg_probackup runs).
+	# The move copies the database directory, then deletes the old one, and
+	# its replay copies the directory again from the old one: replayed once
+	# more after that is gone, it leaves the database empty (PostgreSQL's
+	# limitation, not ptrack's).  So never during a backup (a file-level
+	# backup that listed the old directory but reached its files after the
+	# move restores a database with files missing, whatever the tool), nor
+	# during a change of the standby (the driver holds the lock exclusively
+	# meanwhile); and a standby gets a restartpoint after replaying it, so
+	# that its crash recovery or promotion never replays it again.
 	my $lock = backup_lock($c->{run}, Fcntl::LOCK_SH());
 	_q($c, "ALTER DATABASE $db SET TABLESPACE $to");
+	my $sealed = _restartpoint_on_standby($c) ? ', restartpoint on the standby' : '';
 	close $lock;
-	return "$db from $cur to $to";
+	return "$db from $cur to $to$sealed";
+}
+
+# When there is a standby ("standby" in the run directory: host port): waits
+# until it has replayed the WAL written so far, then makes it take a
+# restartpoint.  Returns 1 if it did.
+sub _restartpoint_on_standby
+{
+	my ($c) = @_;
+	my $line = _read_line("$c->{run}/standby") // return 0;
+	my ($host, $port) = split ' ', $line;
+	my $lsn = _q($c, 'SELECT pg_current_wal_insert_lsn()')->[0][0];
+	my $deadline = time + 300;
+	my $err;
+	while (time < $deadline)
+	{
+		my $s = eval { PtrackBackup::Session->new(PtrackSoak::Workload::Target->new($host, $port), 'postgres') };
+		my $ok = $s && eval {
+			return 0 unless $s->query("SELECT pg_last_wal_replay_lsn() >= '$lsn'")->[0][0] eq 't';
+			$s->query('CHECKPOINT');
+			1;
+		};
+		$err = $@;
+		eval { $s->quit } if $s;
+		return 1 if $ok;
+		sleep 0.2;
+	}
+	die "no restartpoint on the standby after $lsn within 300 s: " . ($err || 'not replayed') . "\n";
 }
 
 sub op_database_work
