@@ -37,7 +37,7 @@ EXTENSION = ptrack
 DATA = ptrack--2.0.sql ptrack--2.0--2.1.sql ptrack--2.1--2.2.sql ptrack--2.2--2.3.sql
 PGFILEDESC = "ptrack - block-level change tracking"
 
-# src/pg is layered by folder (docs/design.md section 6): ptrack.cpp, the
+# src/pg is layered by folder (docs/design.md section 7.1): ptrack.cpp, the
 # entry point, on top; sql/, capture/{hooks,wal}/, capture/, persist/ and
 # core/ beneath it.  Its files include each other by their path
 # under src/pg ("core/shared_state.h").
@@ -137,7 +137,7 @@ ifneq ($(filter pg-prefix,$(MAKECMDGOALS)),pg-prefix)
 all: check-no-throw check-layers
 endif
 
-# Every include and every call runs downward (docs/design.md section 6):
+# Every include and every call runs downward (docs/design.md section 7.1):
 # scripts/check-layers.pl fails on a cycle among files or folders, in the
 # includes and, from the objects just linked, in the calls.
 check-layers: $(shlib)

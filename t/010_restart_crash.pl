@@ -1,7 +1,7 @@
 # Copyright (c) the ptrack authors
 #
 # 010_restart_crash.pl -- the map survives restarts and crashes (docs/design.md
-# section 4): after a clean restart, after immediate stops in the middle of a
+# section 5): after a clean restart, after immediate stops in the middle of a
 # pgbench run, and after a server that died while it wrote the map file, the
 # stored map is trusted (same ptrack_init_lsn()) and still lists every block
 # changed since an L taken before the restart or crash.
@@ -365,7 +365,7 @@ for my $attempt (1 .. 10)
 		'>', '/dev/null', '2>', '/dev/null');
 
 	# With WAL capture the map the follower saves is a few KB (it keeps only
-	# its resume point, docs/design.md section 9): the write takes
+	# its resume point, docs/design.md section 4.6): the write takes
 	# microseconds, too short to catch.  A ptrack.map.tmp planted now stands
 	# for the one it was writing, and the kill comes at once.
 	if ($saver ne 'checkpointer')

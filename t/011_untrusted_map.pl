@@ -1,7 +1,7 @@
 # Copyright (c) the ptrack authors
 #
 # 011_untrusted_map.pl -- a stored map that cannot be trusted is rejected
-# (docs/design.md section 4): one WARNING naming the reason, the file removed, a
+# (docs/design.md section 5.2): one WARNING naming the reason, the file removed, a
 # fresh map and a new ptrack_init_lsn(), so that a backup tool asking for
 # changes since an older LSN is told to take a full backup.
 #
@@ -192,7 +192,7 @@ ok($header && $header->{crc_ok}, 'ptrack.map exists and its header is valid')
 my $map_bytes = $header->{size};
 # Hooks: a map of ptrack.map_size.  wal: the follower marks no map, which
 # keeps only its resume point in the smallest geometry (docs/design.md
-# section 9): 1088 bytes whatever ptrack.map_size says.  The data follow a
+# section 4.6): 1088 bytes whatever ptrack.map_size says.  The data follow a
 # 512-byte header and the 4 KB-aligned chunk CRC table.
 my $wal = capture_mode() eq 'wal';
 my $region = $wal ? 1088 : 64 * 1024 * 1024;

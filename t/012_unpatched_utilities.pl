@@ -1,7 +1,7 @@
 # Copyright (c) the ptrack authors
 #
 # 012_unpatched_utilities.pl -- ptrack's files never get in the way of the
-# stock utilities (docs/design.md section 4: the map file lives outside global/,
+# stock utilities (docs/design.md section 5.1: the map file lives outside global/,
 # base/ and pg_tblspc/).  On a cluster initialised with --data-checksums,
 # with ptrack on, a workload and several checkpoints (so ptrack.map, its
 # temporary file and ptrack.map.delta have been written many times):

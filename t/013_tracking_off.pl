@@ -168,7 +168,6 @@ my $offset = log_position($node);
 $node->start;
 my $log = log_since($node, $offset);
 my @ptrack_files = ('ptrack.map', 'ptrack.map.delta', 'ptrack.map.tmp', 'ptrack.sizes');
-push @ptrack_files, 'ptrack.limits' if capture_mode() eq 'wal';
 foreach my $file (@ptrack_files)
 {
 	ok(!-e "$pgdata/$file", "map_size = 0: $file was removed at startup");

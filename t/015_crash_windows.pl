@@ -1,7 +1,7 @@
 # Copyright (c) the ptrack authors
 #
 # 015_crash_windows.pl -- a crash loses no mark, and does not force a full
-# backup, when the WAL proves what was lost (docs/design.md section 4.6).
+# backup, when the WAL proves what was lost (docs/design.md section 3.5).
 #
 # A saved map holds the marks made before the save; a crash loses those made
 # after it, and recovery marks only the pages it writes again.  Replay skips
@@ -21,7 +21,7 @@
 #   2. the map and its delta removed during the crash (a fresh map, hooks;
 #      the wal source starts at its slot): the WAL since the redo LSN does
 #      not name the zero pages relation extension added since, so tracking
-#      starts one byte past the end of the WAL (design.md 4.5): a
+#      starts one byte past the end of the WAL (design.md 3.8): a
 #      pagemapset from the redo LSN is refused with the "full backup" hint,
 #      and the oracle passes from the new ptrack_init_lsn();
 

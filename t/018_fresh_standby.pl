@@ -2,7 +2,7 @@
 #
 # 018_fresh_standby.pl -- a FULL backup taken on a standby right after it
 # starts is a valid parent for incremental backups (docs/design.md
-# section 4.5).
+# sections 3.8 and 4.7).
 #
 # A standby made from a base backup refuses the map that came with the
 # backup (backup_label) and starts a fresh one.  A backup tool takes as the

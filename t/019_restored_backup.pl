@@ -3,7 +3,7 @@
 # 019_restored_backup.pl -- a server restored from a backup refuses the map
 # that came with the backup and tracks from the backup's redo LSN, so the
 # restored backup is a valid parent for the next incremental backup
-# (docs/design.md sections 4.4 and 4.5).
+# (docs/design.md sections 3.8, 4.7 and 5.2).
 #
 # Why the copied map is refused rather than trusted when it was saved after
 # the backup's start (the rule the issue proposed): a backup copies files one
@@ -17,7 +17,7 @@
 # map's covered LSN, whose WAL the end-of-recovery checkpoint recycles
 # before the follower runs.  What is provable is a fresh map from the
 # backup's redo LSN: hooks, replay writes (and so marks) every page changed
-# after it (docs/design.md section 4.5); wal, the postmaster reads the WAL
+# after it (docs/design.md section 3.8); wal, the postmaster reads the WAL
 # in pg_wal from it before recovery and records the file sizes as the backup
 # left them, and the follower reads on from where that scan ended (7.1).
 # Without that scan (src/pg/capture/wal/wal_load.cpp, scan_restored_backup()) the wal
@@ -106,7 +106,7 @@ my $rinit = init_lsn($restored);
 note "restored server: ptrack_init_lsn() $rinit";
 if (capture_mode() eq 'wal')
 {
-	# The summaries of the WAL read before recovery (scan_summary.cpp), then
+	# The summaries of the WAL read before recovery (scan_summary_writer.cpp), then
 	# the follower's: one unbroken chain from the backup's redo LSN, none of
 	# the primary's files left.
 	# A combine in progress overlaps its inputs for a moment: list until it is done.

@@ -1,8 +1,8 @@
 # Copyright (c) the ptrack authors
 #
 # 022_status_verify.pl -- what a DBA runs to see that ptrack works
-# (ptrack_status(), docs/design.md section 5.1) and to prove that it misses
-# nothing (ptrack_verify(), section 5.2), and the messages of a failed save.
+# (ptrack_status(), docs/design.md section 6.1) and to prove that it misses
+# nothing (ptrack_verify(), section 6.2), and the messages of a failed save.
 #
 #   1. after pgbench and a CHECKPOINT the status is sane: the capture source
 #      of this suite, the map holds marks (hooks; wal: a few KB, no fill),
@@ -19,9 +19,8 @@
 #   4. a real miss: with the server stopped, block 1 of a table nothing
 #      changed since L gets a page LSN >= L written by hand; after the start
 #      ptrack_verify(L) returns exactly that (path, block);
-#   4b. wal: with the answers from the change summaries
-#      (ptrack.wal_answer_source = summaries), a summary that misses a block
-#      the map has: the summaries holding an UPDATE are replaced by files
+#   4b. wal: with the answers from the change summaries, a summary that
+#      misses a block: the summaries holding an UPDATE are replaced by files
 #      every check passes (an older summary's body, the header rewritten to
 #      their range); ptrack_verify(L) judges the summaries' own answer and
 #      returns the updated block, its NOTICE says the answer came from the
@@ -94,7 +93,7 @@ is($s{off_reason_null}, 'true', 'status: off_reason is NULL while tracking is on
 if ($mode eq 'wal')
 {
 	# The follower marks no map: it keeps its resume point in a few KB of
-	# shared memory, whatever ptrack.map_size says (docs/design.md section 9).
+	# shared memory, whatever ptrack.map_size says (docs/design.md section 4.6).
 	cmp_ok($s{map_size}, '<', 16384, 'status: map_size is the few KB of the unmarked map');
 	is($s{fill_positive}, '', 'status: no map fill (NULL): the exact summaries answer');
 	is($s{rate_ok}, '', 'status: no false positive rate (NULL)');
@@ -251,11 +250,10 @@ note "ptrack_verify on the planted miss:\n$out\n$err";
 SKIP:
 {
 	skip 'change summaries are written by the WAL follower (wal capture only)', 7 unless $mode eq 'wal';
-	my $sum = 'SET ptrack.wal_answer_source = summaries;';
 	my $sumdir = "$pgdata/pg_wal/ptrack";
 	my $now = sub { return $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()'); };
 	# A cut: the summaries hold every change made so far.
-	my $cut = sub { $node->safe_psql('postgres', "$sum SELECT count(*) FROM public.ptrack_get_pagemapset('$L2'::pg_lsn)"); };
+	my $cut = sub { $node->safe_psql('postgres', "SELECT count(*) FROM public.ptrack_get_pagemapset('$L2'::pg_lsn)"); };
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	$cut->();
 	my $before = lsn_to_int($now->());
@@ -296,10 +294,10 @@ SKIP:
 		copy_summary_as($pgdata, $source->{name}, $f->{start}, $f->{end}, $f->{flags});
 	}
 	my $listed_now = $node->safe_psql('postgres',
-		"$sum SELECT count(*) FROM public.ptrack_get_pagemapset('$L3'::pg_lsn) WHERE path = '$shorted'");
+		"SELECT count(*) FROM public.ptrack_get_pagemapset('$L3'::pg_lsn) WHERE path = '$shorted'");
 	is($listed_now, '0', "shorted: the summaries no longer list $shorted since $L3 (else the test proves nothing)");
 	($ret, $out, $err) = $node->psql('postgres',
-		"$sum SELECT path, block FROM public.ptrack_verify('$L3'::pg_lsn) ORDER BY 1, 2");
+		"SELECT path, block FROM public.ptrack_verify('$L3'::pg_lsn) ORDER BY 1, 2");
 	like($out, qr/^\Q$shorted\E\|$block$/m, "shorted: ptrack_verify returns the block the summaries miss ($shorted block $block)")
 	  or diag "public.ptrack_verify('$L3'::pg_lsn) returned:\n$out\n$err";
 	like($err, qr/of them not listed by ptrack_get_pagemapset\(\) \(answered from the change summaries\)/,
@@ -312,7 +310,7 @@ SKIP:
 		close $fh;
 	}
 	($ret, $out, $err) = $node->psql('postgres',
-		"$sum SELECT path, block FROM public.ptrack_verify('$L3'::pg_lsn)");
+		"SELECT path, block FROM public.ptrack_verify('$L3'::pg_lsn)");
 	is($ret, 0, 'restored: ptrack_verify runs');
 	is($out, '', 'restored: no block is missing from the summaries\' answer') or diag $err;
 	like($err, qr/, 0 of them not listed by ptrack_get_pagemapset\(\) \(answered from the change summaries\)/,

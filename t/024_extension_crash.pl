@@ -1,7 +1,7 @@
 # Copyright (c) the ptrack authors
 #
 # 024_extension_crash.pl -- blocks that relation extension added after the
-# last map save are listed after a crash (docs/design.md section 4.8).
+# last map save are listed after a crash (docs/design.md section 3.7).
 #
 # Relation extension writes zero pages that get a WAL record only when first
 # used.  The hooks mark them in mdextend(), in memory; a crash before the

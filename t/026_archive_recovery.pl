@@ -4,7 +4,7 @@
 # comes only from an archive, through restore_command (pg_probackup's
 # ARCHIVE mode), tracks from the backup's redo LSN, so the restored backup
 # can parent the next incremental backup (issue 18 item 5; docs/design.md
-# sections 4.5 and 7.1).
+# sections 3.8 and 4.7).
 #
 # With the hooks source, replay writes (and so marks) every page changed
 # after the redo LSN, wherever its WAL comes from.  With the wal source, the

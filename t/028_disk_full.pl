@@ -28,7 +28,7 @@
 #      L0 fails.  Never silently short.
 #
 # Hooks only: with wal capture the map keeps only the follower's resume
-# point, a few KB whatever ptrack.map_size says (docs/design.md section 9),
+# point, a few KB whatever ptrack.map_size says (docs/design.md section 4.6),
 # and never outgrows the limit; the summaries' own write failures (the
 # directory unwritable, counted as failed saves, nothing lost) are
 # t/034_summary_failures.pl's.

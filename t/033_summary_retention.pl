@@ -2,7 +2,7 @@
 #
 # 033_summary_retention.pl -- wal capture only: the WAL follower's retention
 # pass over its summary files (src/pg/persist/summary_retention.cpp, the
-# policy in include/ptrack/retention_plan.h, docs/design.md section 9), seen
+# policy in include/ptrack/retention_plan.h, docs/design.md section 4.9), seen
 # on disk through the files' headers (t/lib/PtrackSummaries.pm):
 #
 #   1. cuts that are not redo LSNs are combined away: after checkpoints with
@@ -50,7 +50,7 @@ use PtrackSummaries qw(summary_dir summaries chain_break describe_summaries lsn_
 plan skip_all => 'summaries are written by the WAL follower (wal capture only)'
   unless capture_mode() eq 'wal';
 
-my $node = ptrack_node('retention', conf => "autovacuum = off\ncheckpoint_timeout = 1h\nptrack.wal_answer_source = summaries\n");
+my $node = ptrack_node('retention', conf => "autovacuum = off\ncheckpoint_timeout = 1h\n");
 $node->start;
 my $pgdata = $node->data_dir;
 my $dir = summary_dir($pgdata);

@@ -50,7 +50,7 @@ plan skip_all => 'change summaries are written by the WAL follower (wal capture 
   unless capture_mode() eq 'wal';
 
 my $node = ptrack_node('summary_failures',
-	conf => "autovacuum = off\ncheckpoint_timeout = 1h\nptrack.wal_answer_source = summaries\n");
+	conf => "autovacuum = off\ncheckpoint_timeout = 1h\n");
 $node->start;
 my $pgdata = $node->data_dir;
 my $sumdir = "$pgdata/pg_wal/ptrack";

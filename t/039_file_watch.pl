@@ -3,7 +3,7 @@
 # 039_file_watch.pl -- wal capture: a call stat()s only the relation files
 # changed since the previous walk (the follower's inotify watch,
 # src/pg/capture/wal/growth_watch.h), and still lists every block a file gained
-# without WAL (docs/design.md section 7.1, "Extension without WAL").
+# without WAL (docs/design.md section 4.3).
 #
 # Growth "without WAL" is made by the test itself: it extends relation files
 # with zero pages through write() (append), truncate() and fallocate(), the

@@ -1,6 +1,6 @@
 /*
  * ptrack/map_file.h -- the on-disk form of the map and the rules for
- * trusting it at startup (docs/design.md section 4).
+ * trusting it at startup (docs/design.md sections 3.4 and 5).
  *
  * Layout of $PGDATA/ptrack.map (host byte order, like PostgreSQL's own data
  * files; the system identifier check rejects a file from another cluster):
@@ -137,7 +137,7 @@ struct StartupFacts {
 
 /*
  * Why a stored map with a valid header must not be trusted, or nullptr if it
- * can be.  The rules of docs/design.md section 4.4: same cluster, same
+ * can be.  The rules of docs/design.md section 5.2: same cluster, same
  * PostgreSQL major version, same capture source, same geometry, placement and file size, no backup_label, same data checksum
  * setting; and for the hooks source, flushed no earlier than the checkpoint
  * recovery starts from and, after a crash, a run that kept wal_level >=

@@ -4,7 +4,7 @@
 
 =head1 NAME
 
-PtrackCluster - small helpers for TAP tests of ptrack's map persistence
+PtrackCluster - the node factory of ptrack's TAP tests, and what they ask of a node
 
 =head1 SYNOPSIS
 
@@ -22,11 +22,15 @@ PtrackCluster - small helpers for TAP tests of ptrack's map persistence
 
 =head1 DESCRIPTION
 
-Creates (but does not start) a PostgreSQL::Test::Cluster node with ptrack in
-shared_preload_libraries, and reads the header of F<ptrack.map> on its own,
-from the byte layout documented in include/ptrack/map_file.h and
-src/engine/map_file.cpp, so that tests can tell one map file from another
-without asking the server.
+Creates (but does not start) the PostgreSQL::Test::Cluster nodes of every TAP
+test, with ptrack in shared_preload_libraries, on the server and in the capture
+mode the suite runs (ptrack_node(), new_node(), capture_mode(),
+server_has_hooks(), server_major()); gives what tests ask of a node (the
+follower's PID, the server log since a point, ptrack_init_lsn(), a recovered
+standby, pg_rewind); and reads the header and the delta batches of
+F<ptrack.map> on its own, from the byte layout documented in
+include/ptrack/map_file.h and src/engine/map_file.cpp, so that tests can tell
+one map file from another without asking the server.
 
 =cut
 

@@ -1,16 +1,17 @@
 /*
- * capture_source.h -- which capture source feeds the map, and what each
- * source owns: the clock it marks with, the LSN up to which its saved marks
- * are complete, and what triggers a map save (docs/design.md section 2).
+ * capture_source.h -- which capture source runs, and what each source
+ * owns: the LSN it dates a change with, the LSN up to which its saved state
+ * is complete, and what triggers a save (docs/design.md section 2).
  *
  *   hooks  the core patch's storage-manager hooks (capture_hooks.cpp).
- *          Marks with the insert LSN (replay LSN in recovery); the map is
- *          saved by the checkpointer at the end of every sync phase, complete
- *          up to that checkpoint's redo LSN.
+ *          Marks a map with the insert LSN (replay LSN in recovery); the map
+ *          is saved by the checkpointer at the end of every sync phase,
+ *          complete up to that checkpoint's redo LSN.
  *   wal    a background worker that follows the WAL (capture_wal.cpp).
- *          Marks with each record's end LSN; it saves the map itself, complete
- *          up to the end of the last record it applied, and keeps the WAL
- *          after that point with a replication slot of its own.
+ *          Records each change at its record's end LSN in a change set,
+ *          written as summary files; it saves its resume point itself,
+ *          complete up to the end of the last record it applied, and keeps
+ *          the WAL after that point with a replication slot of its own.
  *
  * ptrack.capture = auto | hooks | wal (postmaster only) picks one at startup
  * (ptrack.cpp): auto takes hooks when the running server has them, else wal.
@@ -68,15 +69,13 @@ struct CaptureSourceOps {
      * The steps of save_map() that differ, in the order it runs them:
      * save_prepare (the bypass journal set aside; a size walk),
      * save_covered_lsn, save_sizes (ptrack.sizes.new for that LSN),
-     * ptrack.limits if `saves_limits`, save_point (the threshold of the
-     * next delta; waits for the marks in progress), then, after the map and
-     * the sizes are saved, save_done (the bypass journal retired; the slot
-     * advanced).
+     * save_point (the threshold of the next delta; waits for the marks in
+     * progress), then, after the map and the sizes are saved, save_done
+     * (the bypass journal retired; the slot advanced).
      */
     void (*save_prepare)();
     Lsn (*save_covered_lsn)();
     bool (*save_sizes)(Lsn covered);
-    bool saves_limits;
     SavePoint (*save_point)(Lsn covered);
     void (*save_done)(Lsn covered);
 
@@ -89,9 +88,7 @@ struct CaptureSourceOps {
     void (*wait_until_fresh)();
     /*
      * Where the answers come from, in a backend after wait_until_fresh:
-     * false, the map (hooks; wal with ptrack.wal_legacy_map and
-     * ptrack.wal_answer_source = map); true,
-     * the summary files (persist/summary_io.h), and *summarized is the end
+     * false, the map (hooks); true (wal), the summary files (persist/summary_io.h), and *summarized is the end
      * of the newest one (0: none yet).  With `cut`, first has the follower
      * write every change recorded so far into a summary, so that the files
      * hold every change made before the call (wal: the cut handshake of
@@ -124,10 +121,9 @@ void set_running_source(const CaptureSourceOps* source);
 
 /*
  * The one save sequence of every source, in the process that saves (the
- * checkpointer, the follower): the sizes (file_growth.h) and the limit table
- * (limit_file_io.h) before the map, so that a saved map is never ahead of
- * either; the map (flush_map()); then the sizes promoted and the source's
- * own step after it.  True when the map was saved; on a failure the step
+ * checkpointer, the follower): the sizes (file_growth.h) before the map, so
+ * that a saved map is never ahead of them; the map (flush_map()); then the
+ * sizes promoted and the source's own step after it.  True when the map was saved; on a failure the step
  * logged a WARNING, SaveStats counts it, and the previous save stays in
  * force.
  */

@@ -28,7 +28,6 @@ extern "C" {
 }
 
 #include "core/boundary.h"
-#include "capture/capture.h"
 #include "core/datadir_walk.h"
 #include "capture/file_growth.h"
 #include "persist/map_io.h"
@@ -86,7 +85,7 @@ struct Growth {
 HTAB* sizes = nullptr;
 uint32_t walk_number = 0;
 
-/* growth_set_marks_map(): the growth found is marked in the map (hooks; wal with the legacy map). */
+/* growth_set_marks_map(): a walk's growth is marked in the map (hooks). */
 bool marks_map = true;
 
 /* Growth a walk saw that no summary holds at its date yet (file_growth.h, growth_set_recorder()). */
@@ -646,12 +645,8 @@ BlockNumber growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn l
     }
     if (offset < entry->dated)
         return block;
-    /* The map's marks from the size last seen (a walk marked the rest); the set's from the size the WAL dated. */
-    const BlockNumber first = segno * static_cast<BlockNumber>(RELSEG_SIZE);
-    const BlockNumber gap = first + entry->dated;
-    if (marks_map)
-        for (uint32_t b = entry->nblocks; b < offset; ++b)
-            capture_block_at(rel, first + b, lsn);
+    /* The set's blocks from the size the WAL dated. */
+    const BlockNumber gap = segno * static_cast<BlockNumber>(RELSEG_SIZE) + entry->dated;
     entry->nblocks = Max(entry->nblocks, offset + 1);
     entry->dated = offset + 1;
     return gap;

@@ -3,7 +3,7 @@
  * positioned reads and writes that finish or fail, PostgreSQL's CRC-32C, and
  * removal with a log line.  Plain C-style functions that never raise an
  * ERROR: the postmaster must start and a checkpoint must not fail because of
- * ptrack (docs/design.md section 4).
+ * ptrack (docs/design.md section 5.3).
  */
 #ifndef PTRACK_PG_MAP_IO_H
 #define PTRACK_PG_MAP_IO_H

@@ -1,7 +1,7 @@
 /*
  * map_load.cpp -- startup: read ptrack.map (and ptrack.map.delta), decide
  * whether it can be trusted, and either use it or start a fresh map
- * (docs/design.md section 4).  Runs once, in the postmaster, before any
+ * (docs/design.md sections 3.4 and 5).  Runs once, in the postmaster, before any
  * process can write a block.
  *
  * The trust rules themselves are in the engine (map_file_distrust_reason());
@@ -37,6 +37,7 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
+#include "persist/limit_file_io.h"
 #include "persist/map_io.h"
 #include "persist/map_persistence.h"
 #include "compat/compat.h"
@@ -58,7 +59,7 @@ void warn_not_trusted(const char* reason)
 {
     /*
      * A data directory restored from a backup tracks from the backup's redo
-     * LSN where that can be proven (docs/design.md section 7.1), so the
+     * LSN where that can be proven (docs/design.md section 4.7), so the
      * backup it was restored from may still parent the next one.
      */
     ereport(WARNING, (errmsg("ptrack map file \"%s\" is not trusted because %s", kMapFileName, reason),
@@ -343,7 +344,6 @@ void start_fresh(SharedState* state, Map* map, const ControlFileData* control, c
     if (reason != nullptr)
         warn_not_trusted(reason);
     map->clear();
-    limits.clear();
     state->init_lsn.store(0, Order::kRelaxed);
     persist_source->start_fresh(control, state, map);
     state->loaded_covered_lsn = 0;
@@ -471,6 +471,8 @@ void load_map(SharedState* state, Map* map)
     }
     if (control != nullptr)
         pfree(control);
+    /* An earlier version's limit table: read only to migrate its map (capture/wal/map_migration.h), above. */
+    remove_limits_files();
 }
 
 }  // namespace ptrack::pg

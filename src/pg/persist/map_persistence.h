@@ -1,6 +1,6 @@
 /*
  * map_persistence.h -- the map survives restarts and crashes (docs/design.md
- * section 4): loaded at postmaster start if it can be trusted (map_load.cpp),
+ * section 5): loaded at postmaster start if it can be trusted (map_load.cpp),
  * saved by the process the capture source makes responsible (map_save.cpp).
  * The file format and the trust rules are in the engine (ptrack/map_file.h,
  * ptrack/map_delta.h); the file primitives in map_io.h.
@@ -56,7 +56,7 @@ struct SourcePersistence {
     const char* (*continue_loaded)(const ControlFileData* control, const MapFileHeader& header, Map* map);
     /*
      * Whether the source marks changes in the map.  false (wal capture,
-     * docs/design.md section 9): the map keeps only its covered LSN and
+     * docs/design.md section 4.6): the map keeps only its covered LSN and
      * init_lsn (the resume point), in the smallest geometry
      * (MapGeometry::smallest()) whatever ptrack.map_size says, and its
      * marks answer nothing.  Fixed in _PG_init, before shared memory is
@@ -66,7 +66,7 @@ struct SourcePersistence {
     /*
      * A source that marks no map (marks_map() false), at startup: a trusted
      * ptrack.map of another geometry, saved by this source when it still
-     * marked the map (an upgrade, or a run with a developer setting), read
+     * marked the map (an upgrade from an earlier version), read
      * whole into `old_map`, private memory freed after this returns, after
      * continue_loaded() accepted it.  The source takes from its marks what
      * it needs (wal: the change summary the chain lacks,

@@ -4,7 +4,7 @@
  * which alone writes and removes them.
  *
  * Why a file of its own: a summary is written at every cut of the follower
- * (docs/design.md section 9), durably and never in place: the engine's
+ * (docs/design.md section 4.5), durably and never in place: the engine's
  * summary_write() fills "<name>.tmp", which is fsynced and renamed
  * (durable_rename() fsyncs the directory too), so that after a crash a
  * summary exists whole or not at all.  A failed write is one rate-limited
@@ -13,7 +13,7 @@
  * past the resume point) fsyncs the directory once at the end; a directory
  * it cannot read, or a file it cannot remove, makes it return false after a
  * WARNING, never an ERROR: the follower then holds everything until it can
- * (capture_wal.cpp), instead of running with summaries it cannot vouch for.
+ * (follower_summaries.cpp), instead of running with summaries it cannot vouch for.
  *
  * The writer's buffers are static: only the follower writes, one summary
  * at a time, and nothing here allocates on the write itself.

@@ -1,5 +1,5 @@
 /*
- * sql_functions.cpp -- the SQL API of docs/design.md section 5, compatible with
+ * sql_functions.cpp -- the SQL API of docs/design.md section 6, compatible with
  * pg_probackup's ptrack mode:
  *
  *   ptrack_version()                 text, "major.minor"
@@ -35,7 +35,7 @@ PG_FUNCTION_INFO_V1(ptrack_get_change_stat);
 #include "core/boundary.h"
 #include "capture/capture_source.h"
 #include "core/datadir_walk.h"
-#include "sql/pagemap_scan.h"
+#include "sql/answer_start.h"
 #include "sql/summary_scan.h"
 #include "ptrack/pagemap.h"
 #include "core/shared_state.h"

@@ -236,7 +236,6 @@ const CaptureSourceOps kHooksSource = {
     hooks_save_prepare,
     hooks_save_covered_lsn,
     hooks_save_sizes,
-    false,
     hooks_save_point,
     hooks_save_done,
     [] {},
