@@ -282,32 +282,12 @@ unit_tests() {
 # --- ptrack built and installed once per server ------------------------------
 
 # private_server TAG PG_CONFIG: copies the server of PG_CONFIG into
-# $work/server-TAG, keeping its layout under that root (its install
-# directories, the headers and the shared files), and prints the copy's
-# pg_config.  PostgreSQL's installations are relocatable (pg_config and
-# postgres find their directories relative to their own binary), so the copy
-# runs as the original does; ptrack is installed into the copy only, and a
-# run never shares a ptrack.so with another work tree's run on the same
-# machine, nor leaves one behind in the cache or in Debian's server.
+# $work/server-TAG (scripts/private-server.sh) and prints the copy's
+# pg_config: ptrack is installed into the copy only, and a run never shares
+# a ptrack.so with another work tree's run on the same machine, nor leaves
+# one behind in the cache or in Debian's server.
 private_server() {
-	local tag=$1 pg_config=$2 root=$work/server-$1 d done=() c skip
-	mkdir -p "$root"
-	for d in "$(dirname "$("$pg_config" --bindir)")" "$("$pg_config" --sharedir)" "$("$pg_config" --includedir)"; do
-		skip=0
-		for c in "${done[@]}"; do
-			case $d/ in "$c"/*) skip=1 ;; esac
-		done
-		[ "$skip" = 1 ] && continue
-		mkdir -p "$root$(dirname "$d")"
-		cp -a "$d" "$root$d"
-		done+=("$d")
-	done
-	local copy=$root$("$pg_config" --bindir)/pg_config
-	[ "$("$copy" --pkglibdir)" = "$root$("$pg_config" --pkglibdir)" ] || {
-		echo "run-tests: the copy of $pg_config in $root does not relocate (its pkglibdir is $("$copy" --pkglibdir))" >&2
-		return 1
-	}
-	echo "$copy"
+	scripts/private-server.sh "$2" "$work/server-$1"
 }
 
 # prepare TAG PG_CONFIG: copies the server (private_server), builds ptrack

@@ -1028,20 +1028,26 @@ sub restore
 
 # Starts a node whose data directory restore() filled (its postgresql.conf is
 # the source's): points it at its own port and socket or address, starts it
-# and waits until recovery is over.
+# and waits until recovery is over.  With fail_ok => 1, returns 0 instead of
+# dying (or bailing out) when it does not start or does not finish recovery.
 sub start_restored
 {
-	my ($node) = @_;
+	my ($node, %opt) = @_;
 	my $host = $node->host;
 	$node->append_conf('postgresql.conf',
 		'port = ' . $node->port . "\n"
 		  . ($host =~ m{^/}
 			? "unix_socket_directories = '$host'\nlisten_addresses = ''"
 			: "listen_addresses = '$host'\nunix_socket_directories = ''"));
+	if ($opt{fail_ok})
+	{
+		return 0 unless $node->start(fail_ok => 1);
+		return $node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') ? 1 : 0;
+	}
 	$node->start;
 	$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
 	  or croak 'the restored cluster did not finish recovery';
-	return;
+	return 1;
 }
 
 1;

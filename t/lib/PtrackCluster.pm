@@ -643,27 +643,37 @@ sub init_lsn
 
 =pod
 
-=item rewind_from($node, $source)
+=item rewind_from($node, $source, %opts)
 
 pg_rewind of the stopped $node against the running $source (one test,
 command_ok), keeping $node's own F<postgresql.conf>: pg_rewind copies the
-source's configuration files too.
+source's configuration files too.  With C<test =E<gt> 0> no test is run:
+it dies with pg_rewind's output if pg_rewind fails (for a script that is
+not a test, scripts/soak.pl).
 
 =cut
 
 sub rewind_from
 {
-	my ($node, $source) = @_;
+	my ($node, $source, %opts) = @_;
 	my $pgdata = $node->data_dir;
+	# Outside the data directory, which pg_rewind overwrites.
 	my $conf_copy = $node->basedir . '/postgresql.conf.keep';
 	copy("$pgdata/postgresql.conf", $conf_copy) or die "copy: $!";
-	$node->command_ok(
-		[
-			'pg_rewind', '--target-pgdata', $pgdata,
-			'--source-server', $source->connstr('postgres'),
-			'--no-sync'
-		],
-		'pg_rewind of the old primary against the promoted standby');
+	my @rewind = (
+		'pg_rewind', '--target-pgdata', $pgdata,
+		'--source-server', $source->connstr('postgres'),
+		'--no-sync');
+	if (defined $opts{test} && !$opts{test})
+	{
+		my ($out, $err) = ('', '');
+		IPC::Run::run(\@rewind, '>', \$out, '2>', \$err)
+		  or croak 'pg_rewind of ' . $node->name . " failed:\n$out$err";
+	}
+	else
+	{
+		$node->command_ok(\@rewind, 'pg_rewind of the old primary against the promoted standby');
+	}
 	copy($conf_copy, "$pgdata/postgresql.conf") or die "copy: $!";
 	return;
 }
