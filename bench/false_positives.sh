@@ -33,7 +33,7 @@
 # same changes too, and the pages that CHECKPOINT wrote after its redo LSN:
 # with the hooks, marked with the insert position they are all listed since
 # L0, marked with their page LSN (data checksums or wal_log_hints, a core
-# patch with mdwritev_hook; docs/design.md section 2.4) they are not.  For
+# patch with mdwritev_hook; docs/design.md section 3.2) they are not.  For
 # comparison, the hash-collision rate the map's geometry predicts for the
 # number of blocks written after L (n): each written block sets 2 slots,
 # a fraction p = 1 - exp(-2n/S) of the S slots is set, and an unchanged

@@ -31,9 +31,6 @@
 #   --clients N     pgbench clients (default 4)
 #   --scale N       pgbench scale (default 10)
 #   --port N        port number of the server's socket (default 55470)
-#   --legacy-map    the follower also marks a 64 MB map (ptrack.wal_legacy_map = on, a
-#                   developer setting), as it did before the change summaries answered:
-#                   its cost with and without the map's marks
 #   --keep          keep the temp dir at the end
 #   --prefix DIR    PostgreSQL 17 or later prefix (scripts/build-postgres.sh --pg-version N)
 # The extension must be installed into that prefix (make PG_CONFIG=DIR/bin/pg_config install).
@@ -43,14 +40,13 @@ unset PGOPTIONS PGSERVICE PGSERVICEFILE PGSSLMODE || true
 # shellcheck source=bench/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-duration=60 clients=4 scale=10 port=55470 keep=0 prefix=${PG_PREFIX:-} legacy_map=off
+duration=60 clients=4 scale=10 port=55470 keep=0 prefix=${PG_PREFIX:-}
 cmdline=$(printf '%q ' "$0" "$@")
 while [ $# -gt 0 ]; do
     case $1 in
         --duration) duration=${2:?}; shift ;;
         --clients) clients=${2:?}; shift ;;
         --scale) scale=${2:?}; shift ;;
-        --legacy-map) legacy_map=on ;;
         *) common_option "$@" && shift ;;
     esac
     shift
@@ -73,7 +69,6 @@ server_conf "$dd" <<EOF
 shared_preload_libraries = 'ptrack'
 ptrack.capture = wal
 ptrack.map_size = 64MB
-ptrack.wal_legacy_map = $legacy_map
 summarize_wal = on
 shared_buffers = 256MB
 max_wal_size = 2GB
@@ -109,11 +104,7 @@ checkpoint_redo() {
 report_header "the WAL follower against PostgreSQL's WAL summarizer, same run"
 report_load
 report_postgres
-if [ "$legacy_map" = on ]; then
-    map_note="the follower also marks a 64 MB map (ptrack.wal_legacy_map = on)"
-else
-    map_note="the follower marks no map (its map: $(psql_q 'SELECT map_size FROM ptrack_status()') bytes)"
-fi
+map_note="the follower marks no map (its map: $(psql_q 'SELECT map_size FROM ptrack_status()') bytes)"
 echo "workload:   pgbench tpcb-like -M prepared, scale $scale, $clients clients, ${duration} s; $map_note"
 
 lsn_l=$(checkpoint_redo)

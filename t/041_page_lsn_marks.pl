@@ -1,8 +1,8 @@
 # Copyright (c) the ptrack authors
 #
-# 040_page_lsn_marks.pl -- the hooks mark a page written by the buffer
+# 041_page_lsn_marks.pl -- the hooks mark a page written by the buffer
 # manager with its own LSN only where every change that matters moves that
-# LSN (docs/design.md section 2.4, src/pg/capture/hooks/capture_hooks.cpp).
+# LSN (docs/design.md section 3.2, src/pg/capture/hooks/capture_hooks.cpp).
 #
 # The change that does not move it: without data checksums and without
 # wal_log_hints, VACUUM sets PD_ALL_VISIBLE on a heap page and the page's bit
