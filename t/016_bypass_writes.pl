@@ -30,21 +30,17 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/lib";
 
-use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
 
 use PtrackCluster qw(capture_mode server_major ptrack_node log_position log_since not_trusted_re init_lsn);
+use PtrackGdb qw(gdb_session gdb_wait gdb_release gdb_finish);
 use PtrackOracle qw(block_counts no_misses_ok pagemapset);
 
 my $mode = capture_mode();
 # Where a bulk writer WAL-logs the pages it then writes past shared buffers.
 my $log_fn = server_major() >= 17 ? 'log_newpages' : 'log_newpage';
-
-my ($gdb) = grep { -x $_ } map { "$_/gdb" } split /:/, $ENV{PATH};
-BAIL_OUT('gdb is not installed: scripts/run-tests.sh installs it (apt-get install gdb)') unless $gdb;
 
 my $node = ptrack_node('bypass',
 	conf => "autovacuum = off\nmax_parallel_maintenance_workers = 0\ncheckpoint_timeout = 1h\n");
@@ -59,21 +55,6 @@ $node->safe_psql('postgres',
 $node->safe_psql('postgres', 'CHECKPOINT');
 
 my $flags = $node->basedir . '/gdb_flags';
-mkdir $flags or die "mkdir $flags: $!";
-
-# Waits until $flags/$name exists; dies with what gdb said otherwise.
-sub wait_flag
-{
-	my ($name, $gdb_run, $gdb_out) = @_;
-	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-	until (-e "$flags/$name")
-	{
-		$gdb_run->pump_nb;
-		die "gdb never reached $name (is ptrace allowed here?); gdb said:\n$$gdb_out"
-		  if time() > $deadline || !$gdb_run->pumpable;
-		usleep(100_000);
-	}
-}
 
 # hold_case($label, $sql, $relation, $held): runs $sql in a session whose
 # backend is held at its first $log_fn() as described above, then crashes
@@ -82,52 +63,24 @@ sub wait_flag
 sub hold_case
 {
 	my ($label, $sql, $relation, $held) = @_;
-	unlink glob("$flags/*");
-
-	my $session = $node->background_psql('postgres');
-	my $pid = $session->query_safe('SELECT pg_backend_pid()');
-	chomp $pid;
-
-	my $script = "$flags/script.gdb";
-	open my $fh, '>', $script or die "open $script: $!";
-	print $fh <<"EOF";
-set pagination off
-set confirm off
-break $log_fn
-continue
-shell touch $flags/HIT1
-shell while [ ! -e $flags/RELEASE1 ]; do sleep 0.1; done
-finish
-shell touch $flags/HIT2
-shell while [ ! -e $flags/RELEASE2 ]; do sleep 0.1; done
-delete
-detach
-shell touch $flags/DETACHED
-quit
-EOF
-	close $fh;
-	my $gdb_out = '';
-	my $gdb_run = IPC::Run::start([ $gdb, '-nx', '-batch', '-p', $pid, '-x', $script ],
-		'<', \undef, '>&', \$gdb_out);
-	# Let gdb attach and set its breakpoint before the statement starts.
-	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-	until ($gdb_out =~ /Breakpoint 1 at/)
-	{
-		$gdb_run->pump_nb;
-		die "$label: gdb could not attach to backend $pid:\n$gdb_out"
-		  if time() > $deadline || !$gdb_run->pumpable;
-		usleep(100_000);
-	}
+	my $g = gdb_session($node, $flags,
+		"break $log_fn",
+		'continue',
+		"shell touch $flags/HIT1",
+		"shell while [ ! -e $flags/RELEASE1 ]; do sleep 0.1; done",
+		'finish',
+		"shell touch $flags/HIT2",
+		"shell while [ ! -e $flags/RELEASE2 ]; do sleep 0.1; done");
+	my ($session, $pid) = ($g->{session}, $g->{pid});
 	$session->query_until(qr//, "$sql;\nSELECT 'done';\n");
 
-	wait_flag('HIT1', $gdb_run, \$gdb_out);
+	gdb_wait($g, 'HIT1');
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	my $baseline = block_counts($node->data_dir);
 	my $L = $node->lsn('insert');
 	my $init = init_lsn($node);
-	open my $r1, '>', "$flags/RELEASE1" or die $!;
-	close $r1;
-	wait_flag('HIT2', $gdb_run, \$gdb_out);
+	gdb_release($g, 'RELEASE1');
+	gdb_wait($g, 'HIT2');
 	my $record_end = $node->lsn('insert');
 	# Some WAL between the held page's record and the redo LSN: the startup
 	# scan also reads the record that ends at the map's covered LSN, which
@@ -135,10 +88,8 @@ EOF
 	$node->safe_psql('postgres', "SELECT pg_logical_emit_message(false, 'ptrack-test', 'spacer')");
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	my $redo = $node->safe_psql('postgres', 'SELECT redo_lsn FROM pg_control_checkpoint()');
-	open my $r2, '>', "$flags/RELEASE2" or die $!;
-	close $r2;
-	wait_flag('DETACHED', $gdb_run, \$gdb_out);
-	$gdb_run->finish;
+	gdb_release($g, 'RELEASE2');
+	gdb_finish($g);
 	note("$label: gdb held backend $pid; L $L, the held page's record ends before $record_end, "
 		  . "second checkpoint's redo $redo");
 	cmp_ok(PtrackOracle::lsn_to_int($redo), '>', PtrackOracle::lsn_to_int($record_end),

@@ -48,14 +48,13 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/lib";
 
-use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
 
 use PtrackBackup qw(full_backup incremental_backup restore start_restored);
 use PtrackCluster qw(capture_mode new_node ptrack_node server_has_hooks server_major);
+use PtrackGdb qw(gdb_session gdb_wait gdb_output gdb_release gdb_finish);
 use PtrackOracle qw(pagemapset);
 use PtrackVerify qw(compare_clusters);
 
@@ -192,63 +191,29 @@ for my $checksums (0, 1)
 sub bypass_write_case
 {
 	my ($node) = @_;
-	my ($gdb) = grep { -x $_ } map { "$_/gdb" } split /:/, $ENV{PATH};
-	BAIL_OUT('gdb is not installed: scripts/run-tests.sh installs it (apt-get install gdb)') unless $gdb;
 	my $write_fn = server_major() >= 17 ? 'mdwritev' : 'mdwrite';
 	$node->safe_psql('postgres',
 		"CREATE TABLE idx_src AS SELECT g AS id, md5(g::text) AS key FROM generate_series(1, 50000) g;"
 		  . 'CHECKPOINT');
 
 	my $flags = $node->basedir . '/gdb_flags';
-	mkdir $flags or die "mkdir $flags: $!";
-	my $session = $node->background_psql('postgres');
-	my $pid = $session->query_safe('SELECT pg_backend_pid()');
-	chomp $pid;
-	my $script = "$flags/script.gdb";
-	open my $fh, '>', $script or die "open $script: $!";
-	print $fh <<"GDB";
-set pagination off
-set confirm off
-break $write_fn if skipFsync
-continue
-printf "held block %u\\n", blocknum
-shell touch $flags/HIT
-shell while [ ! -e $flags/RELEASE ]; do sleep 0.1; done
-delete
-detach
-shell touch $flags/DETACHED
-quit
-GDB
-	close $fh;
-	my $gdb_out = '';
-	my $gdb_run = IPC::Run::start([ $gdb, '-nx', '-batch', '-p', $pid, '-x', $script ],
-		'<', \undef, '>&', \$gdb_out);
-	# Waits until gdb's output matches a regex, or a flag file exists.
-	my $wait = sub {
-		my ($what) = @_;
-		my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-		until (ref $what ? $gdb_out =~ $what : -e $what)
-		{
-			$gdb_run->pump_nb;
-			die "gdb never got to $what (is ptrace allowed here?); gdb said:\n$gdb_out"
-			  if time() > $deadline || !$gdb_run->pumpable;
-			usleep(100_000);
-		}
-	};
-	$wait->(qr/Breakpoint 1 at/);
-	$session->query_until(qr//, "CREATE INDEX idx_key ON idx_src (key);\nSELECT 'done';\n");
-	$wait->("$flags/HIT");
-	$gdb_run->pump_nb;
-	my ($held) = $gdb_out =~ /held block (\d+)/ or die "no block number from gdb:\n$gdb_out";
+	my $g = gdb_session($node, $flags,
+		"break $write_fn if skipFsync",
+		'continue',
+		'printf "held block %u\\n", blocknum',
+		"shell touch $flags/HIT",
+		"shell while [ ! -e $flags/RELEASE ]; do sleep 0.1; done");
+	$g->{session}->query_until(qr//, "CREATE INDEX idx_key ON idx_src (key);\nSELECT 'done';\n");
+	gdb_wait($g, 'HIT');
+	my ($held) = gdb_output($g) =~ /held block (\d+)/
+	  or die "no block number from gdb:\n" . gdb_output($g);
 	# L in the next WAL segment: past the held page's LSN and the 64 KB granule it is stored in.
 	$node->safe_psql('postgres', 'SELECT pg_switch_wal()');
 	my $L = $node->lsn('insert');
-	open my $r, '>', "$flags/RELEASE" or die $!;
-	close $r;
-	$wait->("$flags/DETACHED");
-	$gdb_run->finish;
-	$session->query_safe('SELECT 1');
-	$session->quit;
+	gdb_release($g, 'RELEASE');
+	gdb_finish($g);
+	$g->{session}->query_safe('SELECT 1');
+	$g->{session}->quit;
 
 	my $path = $node->safe_psql('postgres', "SELECT pg_relation_filepath('idx_key')");
 	my $page_lsn =
