@@ -196,10 +196,17 @@ main() {
 				rm -rf "$build"
 				echo "${tmp_pg_config#"$install.tmp"}" >"$install.tmp/.soak-install-stamp"
 				mv "$install.tmp" "$install"
-				# The two newest installs of each server are kept.
-				ls -dt "$cache/$tag"-* 2>/dev/null | grep -v '\.tmp$' | tail -n +3 | xargs -r rm -rf
+				# The two newest installs of each server are kept, and any
+				# that a run is using (it holds its stamp file locked).
+				ls -dt "$cache/$tag"-* 2>/dev/null | grep -v '\.tmp$' | tail -n +3 |
+					while read -r old; do
+						flock -n -x "$old/.soak-install-stamp" rm -rf "$old" || true
+					done
 			) 9>"$cache/.lock"
 		fi
+		# In use until this script ends (the pruning above leaves it alone).
+		exec 8<"$install/.soak-install-stamp"
+		flock -s 8
 		pg_config=$install$(cat "$install/.soak-install-stamp")
 	fi
 	[ -x "$pg_config" ] || die "no pg_config at $pg_config"
