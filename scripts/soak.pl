@@ -78,7 +78,7 @@ for my $o (qw(pg-version capture minutes seed pg-probackup))
 die "soak.pl: --capture must be hooks or wal\n" unless $opt{capture} =~ /^(hooks|wal)$/;
 die "soak.pl: --seed must be a non-negative integer\n" unless $opt{seed} =~ /^\d+$/;
 die "soak.pl: --clients must be 1 to 8\n" unless $opt{clients} >= 1 && $opt{clients} <= 8;
-$opt{'big-table-mb'} //= $opt{minutes} >= 10 ? 1100 : 0;
+$opt{'big-table-mb'} //= $opt{minutes} >= 30 ? 1100 : 0;
 
 my $run = $ENV{TESTDIR} // die "soak.pl: TESTDIR is not set (run it through scripts/soak.sh)\n";
 my $log = PtrackSoak::Log->new("$run/events.log");

@@ -33,7 +33,8 @@
 #   --clients N    concurrent clients (default 3)
 #   --big-table-mb MB  client 0 grows a table to MB megabytes, past the 1 GB
 #                  segment boundary, and shrinks it again (default 1100 when
-#                  --minutes is at least 10, else 0: none)
+#                  --minutes is at least 30, else 0: none; it makes each
+#                  backup's checks several times longer)
 #   --faults LIST  only these faults (comma-separated: immediate_stop,
 #                  kill_postmaster, kill_checkpointer, kill_follower,
 #                  kill_backend, restart, file_size_limit, fill_tablespace,
