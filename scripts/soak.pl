@@ -55,6 +55,7 @@ use Time::HiRes qw(sleep time);
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use Test::More ();
 use PtrackCluster qw(ptrack_node new_node server_has_hooks server_major);
 use PtrackOracle qw(block_counts lsn_to_int);
 use PtrackVerify qw(cluster_digests);
@@ -66,6 +67,10 @@ use PtrackSoak::Workload
 use PtrackSoak::Faults;
 use PtrackSoak::Backups;
 use PtrackSoak::Checks;
+
+# Test::More's notes (PostgreSQL::Test::Cluster makes some) go to the log
+# file, as everything else but the progress lines.
+Test::More->builder->$_(\*STDOUT) for qw(output failure_output todo_output);
 
 my %opt = (clients => 3);
 GetOptions(\%opt, 'pg-version=s', 'capture=s', 'minutes=f', 'seed=s', 'standby', 'clients=i',
