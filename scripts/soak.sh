@@ -199,11 +199,12 @@ main() {
 				mv "$install.tmp" "$install"
 				# The two newest installs of each server are kept, and any
 				# that a run is using (it holds its stamp file locked).
-				ls -dt "$cache/$tag"-* 2>/dev/null | grep -v '\.tmp$' | tail -n +3 |
+				ls -dt "$cache/$tag"-*/ 2>/dev/null | grep -v '\.tmp/$' | tail -n +3 |
 					while read -r old; do
-						flock -n -x "$old/.soak-install-stamp" rm -rf "$old" || true
+						old=${old%/}
+						flock -n -x "$old/.soak-install-stamp" rm -rf "$old" "$old.lock" || true
 					done
-			) 9>"$cache/.lock"
+			) 9>"$install.lock"
 		fi
 		# In use until this script ends (the pruning above leaves it alone).
 		exec 8<"$install/.soak-install-stamp"
