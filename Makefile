@@ -34,7 +34,7 @@ endif
 
 MODULE_big = ptrack
 EXTENSION = ptrack
-DATA = ptrack--2.0.sql ptrack--2.0--2.1.sql ptrack--2.1--2.2.sql ptrack--2.2--2.3.sql
+DATA = ptrack--2.0.sql ptrack--2.0--2.1.sql ptrack--2.1--2.2.sql ptrack--2.2--2.3.sql ptrack--2.3--2.4.sql
 PGFILEDESC = "ptrack - block-level change tracking"
 
 # src/pg is layered by folder (docs/design.md section 7.1): ptrack.cpp, the
@@ -70,7 +70,7 @@ ifdef COPT
 PG_CXXFLAGS += $(COPT)
 endif
 
-REGRESS = ptrack_api ptrack_update ptrack_relocate ptrack_errors ptrack_status
+REGRESS = ptrack_api ptrack_update ptrack_relocate ptrack_errors ptrack_status ptrack_schema
 REGRESS_OPTS = --temp-instance=$(CURDIR)/tmp_check_regress --temp-config=$(CURDIR)/t/regress.conf
 TAP_TESTS = 1
 

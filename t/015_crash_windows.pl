@@ -35,7 +35,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node log_position log_since not_trusted_re init_lsn);
+use PtrackCluster qw(capture_mode ptrack_node ptrack_file log_position log_since not_trusted_re init_lsn);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok);
 
 my $mode = capture_mode();
@@ -90,7 +90,7 @@ if ($mode eq 'hooks')
 	$node->safe_psql('postgres', "CREATE TABLE fresh_t AS SELECT g AS id, repeat('x', 100) AS pad FROM generate_series(1, 20000) g");
 	$off = log_position($node);
 	$node->stop('immediate');
-	unlink($node->data_dir . "/$_") for qw(ptrack.map ptrack.map.delta);
+	unlink(ptrack_file($node->data_dir, $_)) for qw(ptrack.map ptrack.map.delta);
 	$node->start;
 	crashed_ok($node, $off, 'fresh map after a crash');
 	$log = log_since($node, $off);

@@ -27,7 +27,8 @@
 #   1. a primary: FULL backup F (start L0), pgbench, incremental P1 since L0
 #      (start L1);
 #   2. F + P1 restored into a new node, with the primary's map files copied
-#      into it as a base backup tool that does not leave them out would:
+#      into it where the source keeps them (the data directory; pg_wal/ptrack
+#      with wal capture), as a copy that does not leave them out would:
 #      the server refuses them (backup_label) and its ptrack_init_lsn() is
 #      not after L1;
 #   3. a backup tool asking for the changes since L0 gets the documented
@@ -49,7 +50,7 @@ use Test::More;
 
 use PtrackBackup qw(full_backup incremental_backup restore start_restored);
 use PtrackVerify qw(compare_clusters);
-use PtrackCluster qw(ptrack_node log_position log_since not_trusted_re init_lsn capture_mode);
+use PtrackCluster qw(ptrack_node state_dir log_position log_since not_trusted_re init_lsn capture_mode);
 use PtrackSummaries qw(summary_dir summaries chain_break describe_summaries);
 use PtrackOracle qw(lsn_to_int);
 
@@ -73,11 +74,16 @@ note "F starts at $l0, P1 at $l1";
 $primary->safe_psql('postgres', 'CHECKPOINT');
 my $restored = PostgreSQL::Test::Cluster->new('restored');
 restore("$backups/full", "$backups/p1", $restored->data_dir, tablespace_dir => $restored->basedir . '/tblspc');
+# Where the capture source keeps them: the data directory (hooks), or
+# pg_wal/ptrack (wal capture), which a copy of the data directory with its
+# pg_wal (a file-system snapshot) would bring along.
 my @copied;
-opendir(my $dh, $primary->data_dir) or die "opendir: $!";
+my ($from, $to) = map { state_dir($_->data_dir) } ($primary, $restored);
+mkdir $to;
+opendir(my $dh, $from) or die "opendir: $!";
 foreach my $f (grep { /^ptrack\.(?:map|map\.delta|sizes|limits)$/ } readdir($dh))
 {
-	copy($primary->data_dir . "/$f", $restored->data_dir . "/$f") or die "copy $f: $!";
+	copy("$from/$f", "$to/$f") or die "copy $f: $!";
 	push @copied, $f;
 }
 closedir($dh);

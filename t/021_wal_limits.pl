@@ -26,7 +26,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode tablespace_version_re ptrack_node log_position log_since not_trusted_re count_matches init_lsn);
+use PtrackCluster
+  qw(capture_mode tablespace_version_re ptrack_node ptrack_file log_position log_since not_trusted_re count_matches init_lsn);
 use PtrackOracle qw(lsn_to_int no_misses_ok pagemapset relation_files);
 
 plan skip_all => 'the limit table is fed by the WAL follower (wal capture only)'
@@ -117,7 +118,8 @@ is(init_lsn($node), $init, 'ptrack_init_lsn() unchanged');
 
 # 2. Restarts: the follower resumes past the CREATE DATABASE records.
 $node->restart;    # the follower saves when it stops
-ok(!-e "$pgdata/ptrack.limits", 'no ptrack.limits: the summaries hold the limits, the map keeps none');
+ok(!-e ptrack_file($pgdata, 'ptrack.limits') && !-e "$pgdata/ptrack.limits",
+	'no ptrack.limits: the summaries hold the limits, the map keeps none');
 is(init_lsn($node), $init, 'clean restart: the map is trusted (ptrack_init_lsn() unchanged)');
 whole_ok($moved, 'after a clean restart');
 

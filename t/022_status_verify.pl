@@ -42,9 +42,10 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node log_position log_since count_matches);
+use PtrackCluster qw(capture_mode ptrack_node ptrack_file ptrack_path log_position log_since count_matches);
 use PtrackOracle qw(lsn_to_int int_to_lsn);
 use PtrackSummaries qw(summaries copy_summary_as);
+use PtrackUnits qw(BLCKSZ);
 
 my $mode = capture_mode();
 note "capture mode: $mode";
@@ -128,9 +129,9 @@ else
 my ($saves_before, $failed_before) =
   split /\|/, $node->safe_psql('postgres', 'SELECT saves, failed_saves FROM ptrack_status');
 my $offset = log_position($node);
-unlink "$pgdata/ptrack.map.delta";
-mkdir "$pgdata/ptrack.map.delta" or die "mkdir: $!";
-mkdir "$pgdata/ptrack.map.tmp" or die "mkdir: $!";
+unlink ptrack_file($pgdata, 'ptrack.map.delta');
+mkdir ptrack_file($pgdata, 'ptrack.map.delta') or die "mkdir: $!";
+mkdir ptrack_file($pgdata, 'ptrack.map.tmp') or die "mkdir: $!";
 # Three checkpoints (hooks: three saves), and time for the follower to retry (wal).
 for (1 .. 3)
 {
@@ -141,10 +142,11 @@ $node->poll_query_until('postgres', "SELECT failed_saves >= $failed_before + 3 F
   or diag 'failed_saves did not reach 3 more: ' . $node->safe_psql('postgres', 'SELECT failed_saves FROM ptrack_status');
 sleep 2;
 my $log = log_since($node, $offset);
-my $warnings = count_matches($log, qr/WARNING:  ptrack could not save its map: could not \w+ file "ptrack\.map\.(?:tmp|delta)"/);
+my $map_re = quotemeta(ptrack_path('ptrack.map'));
+my $warnings = count_matches($log, qr/WARNING:  ptrack could not save its map: could not \w+ file "$map_re\.(?:tmp|delta)"/);
 is($warnings, 1, 'failing saves: one WARNING, however often they are retried')
   or diag "log since the failures began:\n$log";
-like($log, qr/WARNING:  ptrack could not save its map: .*\n.*DETAIL:  Backups are not affected.*\n.*HINT:  Make the data directory(?:, pg_wal\/ptrack)? and ptrack's files in (?:it|them) .* writable/,
+like($log, qr/WARNING:  ptrack could not save its map: .*\n.*DETAIL:  Backups are not affected.*\n.*HINT:  Make (?:the data directory|pg_wal\/ptrack) and ptrack's files in it .* writable/,
 	'failing saves: the WARNING names ptrack, says what it means for backups and how to fix it');
 my $failed_now = $node->safe_psql('postgres', 'SELECT failed_saves FROM ptrack_status');
 cmp_ok($failed_now, '>=', $failed_before + 3, "failing saves: ptrack_status counts them ($failed_now)");
@@ -154,12 +156,12 @@ if ($mode eq 'wal')
 	cmp_ok($failed_now, '<', $failed_before + 20, 'failing saves: the WAL follower retries with a pause');
 }
 
-rmdir "$pgdata/ptrack.map.delta" or die "rmdir: $!";
-rmdir "$pgdata/ptrack.map.tmp" or die "rmdir: $!";
+rmdir ptrack_file($pgdata, 'ptrack.map.delta') or die "rmdir: $!";
+rmdir ptrack_file($pgdata, 'ptrack.map.tmp') or die "rmdir: $!";
 $node->safe_psql('postgres', 'INSERT INTO churn VALUES (2); CHECKPOINT');
 ok($node->poll_query_until('postgres', "SELECT saves > $saves_before FROM ptrack_status"),
 	'failing saves: saves resume once the files can be written');
-ok(-f "$pgdata/ptrack.map", 'failing saves: ptrack.map was written again');
+ok(-f ptrack_file($pgdata, 'ptrack.map'), 'failing saves: ptrack.map was written again');
 
 # ---- 3. verify on a healthy cluster ------------------------------------------------
 
@@ -226,15 +228,15 @@ $node->stop;
 {
 	my $file = "$pgdata/$relpath";
 	open(my $fh, '+<:raw', $file) or die "open $file: $!";
-	seek($fh, 8192, 0) or die "seek: $!";
-	read($fh, my $page, 8192) == 8192 or die "read: $!";
+	seek($fh, BLCKSZ, 0) or die "seek: $!";
+	read($fh, my $page, BLCKSZ) == BLCKSZ or die "read: $!";
 	my $lsn = lsn_to_int($L2);
 	substr($page, 0, 8) = pack('L L', $lsn >> 32, $lsn & 0xFFFFFFFF);
 	# A byte of the first tuple's pad (tuples fill the page from its end).
 	my $pos = rindex($page, 'p');
 	$pos > 24 or die 'planted: unexpected page layout';
 	substr($page, $pos, 1) = 'q';
-	seek($fh, 8192, 0) or die "seek: $!";
+	seek($fh, BLCKSZ, 0) or die "seek: $!";
 	print $fh $page or die "write: $!";
 	close $fh or die "close: $!";
 }

@@ -48,6 +48,7 @@ use Test::More;
 use PtrackCluster qw(capture_mode ptrack_node log_position log_since init_lsn);
 use PtrackOracle qw(lsn_to_int int_to_lsn pagemapset);
 use PtrackSummaries qw(copy_summary_as summary_name);
+use PtrackUnits qw(BLCKSZ);
 
 plan skip_all => 'change summaries are written by the WAL follower (wal capture only)'
   unless capture_mode() eq 'wal';
@@ -238,9 +239,9 @@ my @missed;
 foreach my $round (1 .. 8)
 {
 	my $L = lsn();
-	my $blocks = (-s "$pgdata/$grown") / 8192;
+	my $blocks = (-s "$pgdata/$grown") / BLCKSZ;
 	# Zero blocks added without WAL, as a bulk extension leaves them.
-	truncate("$pgdata/$grown", ($blocks + 4) * 8192) or die "truncate: $!";
+	truncate("$pgdata/$grown", ($blocks + 4) * BLCKSZ) or die "truncate: $!";
 	my $map = pagemapset($node, 'postgres', $L);
 	my @want = ($blocks .. $blocks + 3);
 	my @not = grep { !listed($map, $grown, $_) } @want;

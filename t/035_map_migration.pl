@@ -12,9 +12,11 @@
 # map with a mark for every block changed since L0 (page LSN >= L0, or
 # beyond the file sizes at L0 or L1, marked at the covered LSN) and an empty
 # ptrack.limits, from the small map's last save (its covered LSN, which
-# ptrack.sizes belongs to).  Then the server starts:
+# ptrack.sizes belongs to), at the top of the data directory, where that
+# version kept its files (PtrackCluster::to_old_layout()).  Then the server
+# starts, moves them into pg_wal/ptrack (src/pg/persist/state_files.h) and:
 #
-#   1. a clean stop, pg_wal/ptrack removed (what a map-only version leaves):
+#   1. a clean stop, the summaries removed (what a map-only version leaves):
 #      the postmaster reads the 64 MB map privately and writes its answer as
 #      the summary of [L0, covered + 1); ptrack_init_lsn() stays L0, the
 #      chain starts there unbroken, the page-LSN oracle finds nothing missed
@@ -30,7 +32,7 @@
 # ptrack_status() reports it so, and no map fill; ptrack.limits is removed
 # once the map is loaded.  Then:
 #
-#   4. the small map without summaries (pg_wal/ptrack removed while stopped):
+#   4. the small map without summaries (removed while stopped):
 #      its marks cannot stand in for them, so tracking restarts with the
 #      WARNING and ptrack_get_pagemapset(L0) refuses: never a short answer.
 #
@@ -49,16 +51,15 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/lib";
 
-use File::Path qw(rmtree);
 use IPC::Run;
 use Time::HiRes qw(usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node init_lsn log_position log_since);
+use PtrackCluster qw(capture_mode ptrack_node ptrack_file ptrack_files_outside to_old_layout init_lsn log_position log_since);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok page_lsns relation_files);
-use PtrackSummaries qw(summary_dir summaries chain_break describe_summaries);
+use PtrackSummaries qw(summaries chain_break describe_summaries remove_summaries);
 
 plan skip_all => 'summaries are written by the WAL follower (wal capture only)'
   unless capture_mode() eq 'wal';
@@ -116,11 +117,11 @@ my $first = 1;
 foreach my $round ([ 'fast', 1 ], [ 'immediate', 1 ], [ 'fast', 0 ])
 {
 	my ($stop, $remove) = @$round;
-	my $what = "$stop stop, " . ($remove ? 'pg_wal/ptrack removed' : 'summaries kept');
+	my $what = "$stop stop, " . ($remove ? 'summaries removed' : 'summaries kept');
 	if (!$first)
 	{
 		# Each round starts tracking afresh, as the earlier version's run did.
-		unlink "$pgdata/ptrack.map", "$pgdata/ptrack.map.delta";
+		unlink ptrack_file($pgdata, 'ptrack.map'), ptrack_file($pgdata, 'ptrack.map.delta');
 		$node->start;
 	}
 	$first = 0;
@@ -137,6 +138,7 @@ foreach my $round ([ 'fast', 1 ], [ 'immediate', 1 ], [ 'fast', 0 ])
 	note "$what: L0 = $l0, L1 = $l1";
 
 	$node->stop($stop);
+	to_old_layout($pgdata);    # the earlier version's files are at the top of the data directory
 	my $marks = old_version_marks($l0, $baseline0, $baseline1);
 	my ($out, $err) = ('', '');
 	IPC::Run::run([ $old_version_map, $pgdata, 64 ], '<', \$marks, '>', \$out, '2>', \$err)
@@ -144,12 +146,14 @@ foreach my $round ([ 'fast', 1 ], [ 'immediate', 1 ], [ 'fast', 0 ])
 	note "$what: the earlier version's map, complete up to 0x$out";
 	my $big = -s "$pgdata/ptrack.map";
 	cmp_ok($big, '>', 64 * 1024 * 1024, "$what: the earlier version's map has ptrack.map_size ($big bytes)");
-	rmtree(summary_dir($pgdata)) if $remove;
+	remove_summaries($pgdata) if $remove;
 	my $offset = log_position($node);
 	$node->start;
 	my $init = init_lsn($node);    # waits for the follower
 	my $log = log_since($node, $offset);
-	like($log, qr/LOG:  ptrack read map file "ptrack\.map" of \d+ kB, saved when its marks were still kept/,
+	like($log, qr{LOG:  ptrack moved its files from the data directory to pg_wal/ptrack},
+		"$what: the earlier version's files are moved into pg_wal/ptrack");
+	like($log, qr{LOG:  ptrack read map file "pg_wal/ptrack/ptrack\.map" of \d+ kB, saved when its marks were still kept},
 		"$what: the postmaster reads the full-size map to migrate it");
 	if ($remove)
 	{
@@ -174,14 +178,16 @@ foreach my $round ([ 'fast', 1 ], [ 'immediate', 1 ], [ 'fast', 0 ])
 	cmp_ok(ptrack_shmem(), '<', 16 * 1024, "$what: ptrack's shared memory is a few KB (" . ptrack_shmem() . ' bytes)');
 	is($node->safe_psql('postgres', q{SELECT string_agg(name, ', ' ORDER BY name) FROM pg_shmem_allocations WHERE name LIKE 'ptrack%'}),
 		'ptrack', "$what: no limit table and no mark announcement lines in shared memory");
-	ok(!-e "$pgdata/ptrack.limits", "$what: the earlier version's ptrack.limits is removed once the map is loaded");
+	ok(!-e ptrack_file($pgdata, 'ptrack.limits') && !-e "$pgdata/ptrack.limits",
+		"$what: the earlier version's ptrack.limits is removed once the map is loaded");
+	is(join(' ', ptrack_files_outside($pgdata)), '', "$what: no ptrack file is left at the top of the data directory");
 	is($node->safe_psql('postgres',
 			q{SELECT map_size < 16384 AND map_fill IS NULL AND false_positive_rate IS NULL FROM ptrack_status()}),
 		't', "$what: ptrack_status() shows the small map and no fill");
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	$node->poll_query_until('postgres', 'SELECT last_save_lsn IS NOT NULL FROM ptrack_status()')
 	  or die 'no map save';
-	my $small = -s "$pgdata/ptrack.map";
+	my $small = -s ptrack_file($pgdata, 'ptrack.map');
 	cmp_ok($small, '<', 8192, "$what: ptrack.map is saved small ($small bytes)");
 	$node->stop;
 }
@@ -191,13 +197,13 @@ $node->start;
 my $l0 = init_lsn($node);
 $node->safe_psql('postgres', q{UPDATE pgbench_branches SET bbalance = bbalance + 1; CHECKPOINT});
 $node->stop('immediate');
-rmtree(summary_dir($pgdata));
+remove_summaries($pgdata);
 my $offset = log_position($node);
 $node->start;
 my $init = init_lsn($node);
 my $log = log_since($node, $offset);
 like($log, qr/WARNING:  ptrack restarted change tracking at [0-9A-F\/]+: no change summaries end where the saved map is complete/,
-	'small map, pg_wal/ptrack removed: tracking restarts with the WARNING');
+	'small map, summaries removed: tracking restarts with the WARNING');
 cmp_ok(lsn_to_int($init), '>', lsn_to_int($l0), "small map: ptrack_init_lsn() $init moves past $l0");
 my ($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM ptrack_get_pagemapset('$l0')");
 isnt($ret, 0, 'small map: ptrack_get_pagemapset(L0) refuses') or diag "it answered $out";

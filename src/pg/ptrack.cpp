@@ -41,8 +41,8 @@ PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 #include "capture/file_growth.h"
 #include "capture/wal_archive.h"
 #include "compat/compat.h"
-#include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
+#include "persist/state_files.h"
 #include "persist/summary_io.h"
 #include "core/shared_state.h"
 #include "sql/verify.h"
@@ -136,10 +136,8 @@ void ptrack_shmem_startup()
         prev_shmem_startup_hook();
     if (map_size_mb == 0) {
         if (!IsUnderPostmaster) {
-            remove_map_files();
+            remove_state_files();
             remove_bypass_journals();
-            remove_limits_files();
-            remove_sizes_files();
             remove_follower_slot("change tracking is off");
         }
         return;

@@ -37,10 +37,10 @@ use warnings;
 use Exporter 'import';
 use Fcntl qw(SEEK_SET);
 
+use PtrackUnits qw(BLCKSZ);
+
 our @EXPORT_OK = qw(new_check_stats check_pagemap_row check_marked
   check_copied_page compare_clusters cluster_digests compare_digests amcheck_cluster);
-
-use constant BLCKSZ => 8192;
 
 # ---------------------------------------------------------------------------
 # ptrack's answer, checked during an incremental backup

@@ -60,6 +60,15 @@ RedoTargets targets_from(const std::vector<Lsn>& lsns, Lsn set_start = 0)
     return t;
 }
 
+/* Sixteen redo LSNs, 1000 apart from 1000: a full queue. */
+std::vector<Lsn> every_thousand()
+{
+    std::vector<Lsn> lsns;
+    for (Lsn i = 1; i <= kMaxRedoTargets; ++i)
+        lsns.push_back(i * 1000);
+    return lsns;
+}
+
 /* The rule of RedoTargets::add(), written the slow way: insert, then drop the cheapest but the newest. */
 void model_add(std::vector<Lsn>& t, Lsn redo, Lsn set_start)
 {
@@ -138,9 +147,7 @@ TEST(RedoTargets, FullDropsTheTargetWhoseLossJoinsTheLeastWal)
 TEST(RedoTargets, FullNeverDropsTheNewest)
 {
     /* The newest would join the least WAL (it is 1 byte after the one before), yet it stays. */
-    std::vector<Lsn> lsns;
-    for (Lsn i = 1; i <= 16; ++i)
-        lsns.push_back(i * 1000);
+    const std::vector<Lsn> lsns = every_thousand();
     RedoTargets t = targets_from(lsns);
     t.add(16001, 0);
     const std::vector<Lsn> got = targets_of(t);
@@ -151,9 +158,7 @@ TEST(RedoTargets, FullNeverDropsTheNewest)
 TEST(RedoTargets, FullMayDropTheOneAdded)
 {
     /* A redo LSN older than the newest, in the middle of a tight pair: it goes itself. */
-    std::vector<Lsn> lsns;
-    for (Lsn i = 1; i <= 16; ++i)
-        lsns.push_back(i * 1000);
+    const std::vector<Lsn> lsns = every_thousand();
     RedoTargets t = targets_from(lsns);
     t.add(4999, 0);
     EXPECT_EQ(targets_of(t), lsns);
@@ -162,9 +167,7 @@ TEST(RedoTargets, FullMayDropTheOneAdded)
 TEST(RedoTargets, FullCountsTheFirstSpanFromTheSetStart)
 {
     /* Targets 1000 apart from 1000, the set starting at 990: the first target joins only 1010. */
-    std::vector<Lsn> lsns;
-    for (Lsn i = 1; i <= 16; ++i)
-        lsns.push_back(i * 1000);
+    const std::vector<Lsn> lsns = every_thousand();
     RedoTargets t = targets_from(lsns, 990);
     t.add(17000, 990);
     std::vector<Lsn> want(lsns.begin() + 1, lsns.end());

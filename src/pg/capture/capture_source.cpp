@@ -16,6 +16,7 @@ extern "C" {
 
 #include "capture/capture_source.h"
 #include "capture/file_growth.h"
+#include "persist/state_files.h"
 
 namespace ptrack::pg {
 
@@ -42,7 +43,7 @@ bool save_map(const CaptureSourceOps& source)
 {
     source.save_prepare();
     const Lsn covered = source.save_covered_lsn();
-    if (!source.save_sizes(covered)) {
+    if (!ensure_state_folder("its map") || !source.save_sizes(covered)) {
         save_stats_record_failure(); /* flush_map() counts its own */
         return false;
     }

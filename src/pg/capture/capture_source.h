@@ -49,6 +49,21 @@ struct SourceStatus {
  * One capture source's operations.  Entries are plain function pointers,
  * every one set (a source with nothing to do has a no-op), called only off
  * the write path.
+ *
+ * A table is a constant built field by field, each field named where it is
+ * set, and checked by the compiler (C++17 has no designated initializers):
+ *
+ *     constexpr CaptureSourceOps kWalSource = [] {
+ *         CaptureSourceOps ops{};
+ *         ops.name = "wal";
+ *         ...
+ *         return ops;
+ *     }();
+ *     static_assert(source_ops_complete(kWalSource), "...");
+ *
+ * constexpr makes it a constant (initialised before any code runs, in
+ * read-only memory), a misspelt field does not compile, and the
+ * static_assert fails the build when an entry is left unset.
  */
 struct CaptureSourceOps {
     const char* name;              /* SHOW ptrack.capture, ptrack_status().capture */
@@ -109,6 +124,23 @@ struct CaptureSourceOps {
     /* For ptrack_status(): fills the source's own columns; false if it has none. */
     bool (*status)(SourceStatus* out);
 };
+
+/*
+ * Every entry of `ops` is set, but those that may be nullptr by their
+ * comment (drops_follower_slot, persistence.migrate_loaded): for the
+ * static_assert after each table.
+ */
+constexpr bool source_ops_complete(const CaptureSourceOps& ops)
+{
+    const SourcePersistence& p = ops.persistence;
+    return ops.name != nullptr && p.files_dir != nullptr && p.fresh_init_detail != nullptr && p.save_failure_detail != nullptr &&
+           p.save_failure_hint != nullptr && p.before_load != nullptr && p.start_fresh != nullptr &&
+           p.continue_loaded != nullptr && p.marks_map != nullptr && ops.install != nullptr &&
+           ops.save_prepare != nullptr && ops.save_covered_lsn != nullptr && ops.save_sizes != nullptr &&
+           ops.save_point != nullptr && ops.save_done != nullptr && ops.wait_until_fresh != nullptr &&
+           ops.summaries != nullptr && ops.wait_for_marks != nullptr && ops.not_running != nullptr &&
+           ops.status != nullptr;
+}
 
 extern const CaptureSourceOps kHooksSource; /* capture_hooks.cpp */
 extern const CaptureSourceOps kWalSource;   /* capture_wal.cpp */

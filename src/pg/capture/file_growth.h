@@ -210,9 +210,6 @@ void growth_commit_save();
  */
 void growth_settle_files(Lsn covered);
 
-/* Removes ptrack.sizes and ptrack.sizes.new (tracking off); any process. */
-void remove_sizes_files();
-
 }  // namespace ptrack::pg
 
 #endif

@@ -15,6 +15,7 @@ extern "C" {
 
 #include "persist/limit_file_io.h"
 #include "persist/map_io.h"
+#include "persist/state_files.h"
 #include "ptrack/limit_file.h"
 #include "core/shared_state.h"
 #include "compat/compat.h"
@@ -25,8 +26,8 @@ const char* load_limits(uint64_t system_identifier, Lsn* covered_lsn)
 {
     if (!limits.attached())
         return "no limit table is attached to read it into";
-    (void) unlink(kLimitTempFileName); /* a save that never completed */
-    const int fd = OpenTransientFile(kLimitFileName, O_RDONLY | PG_BINARY);
+    (void) unlink(state_file(StateFile::kLimitsTemp)); /* a save that never completed */
+    const int fd = OpenTransientFile(state_file(StateFile::kLimits), O_RDONLY | PG_BINARY);
     if (fd < 0) {
         if (errno == ENOENT)
             return "it does not exist";
@@ -62,8 +63,8 @@ const char* load_limits(uint64_t system_identifier, Lsn* covered_lsn)
 
 void remove_limits_files()
 {
-    remove_file_if_exists(kLimitTempFileName, DEBUG1);
-    remove_file_if_exists(kLimitFileName, LOG);
+    remove_file_if_exists(state_file(StateFile::kLimitsTemp), DEBUG1);
+    remove_file_if_exists(state_file(StateFile::kLimits), LOG);
 }
 
 }  // namespace ptrack::pg

@@ -1,7 +1,8 @@
 /*
- * limit_file_io.h -- $PGDATA/ptrack.limits, the limit table
- * (ptrack/limit_table.h) an earlier version's WAL follower saved with its
- * map, when it still marked the map.  This version writes none: it reads
+ * limit_file_io.h -- ptrack.limits, the limit table (ptrack/limit_table.h)
+ * an earlier version's WAL follower saved with its map in the data
+ * directory, when it still marked the map (moved into pg_wal/ptrack with
+ * the map at startup: state_files.h).  This version writes none: it reads
  * one only to migrate such a map into a change summary
  * (capture/wal/map_migration.h), and removes it at startup once the map is
  * loaded.  The format and its checks are in the engine (ptrack/limit_file.h);

@@ -66,9 +66,6 @@ const char* last_save_failure();
  */
 bool rename_for_save(const char* from, const char* to, const char* what);
 
-/* fsync of the data directory after a save created a file; warn_save_failed() on failure. */
-bool fsync_data_directory_for_save(const char* what);
-
 /*
  * Writes `len` bytes into `name` (created or truncated), fsyncs and closes
  * it: a temporary file that the caller then renames with durable_rename().

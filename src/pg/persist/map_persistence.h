@@ -35,6 +35,7 @@ struct SavePoint {
  */
 struct SourcePersistence {
     CaptureSourceId id;              /* recorded in every saved map; a map saved by another source is not trusted */
+    const char* files_dir;           /* where its files are, relative to the data directory ("": there; state_files.h) */
     const char* fresh_init_detail;   /* LOG detail of a start without a map file: where ptrack_init_lsn() comes from */
     const char* save_failure_detail; /* what a failed save means for backups (warn_save_failed()) */
     const char* save_failure_hint;   /* and what to check */
@@ -84,13 +85,15 @@ void use_source_persistence(const SourcePersistence* source);
 extern const SourcePersistence* persist_source;
 
 /*
- * In the postmaster, on a freshly created shared state: fills the map from
- * ptrack.map if it can be trusted, overwriting every byte of the region, and
+ * In the postmaster, on a freshly created shared state: the source's files
+ * in its folder (settle_state_files(), state_files.h), then fills the map
+ * from ptrack.map if it can be trusted, overwriting every byte of the region, and
  * sets init_lsn, loaded_covered_lsn and loaded_timeline from it.  Otherwise
  * clears the map, logs one WARNING naming the file and the reason (none when
  * there was no file), removes the rejected files, and sets init_lsn to what a
- * fresh map can prove (0: established later).  Never raises an ERROR (the
- * postmaster must start).
+ * fresh map can prove (0: established later).  Last, the other folder is
+ * cleared of ptrack's files (clear_other_folder()).  Never raises an ERROR
+ * (the postmaster must start).
  */
 void load_map(SharedState* state, Map* map);
 
@@ -104,13 +107,11 @@ bool backup_label_present();
  */
 Lsn base_backup_redo_lsn();
 
-/* Removes ptrack.map and its delta and temporary files (ptrack.map_size = 0). */
-void remove_map_files();
-
 /*
  * Saves the map as complete up to `point.covered_lsn`: the whole map to
  * ptrack.map (temporary file, fsync, durable rename), or the slots changed
- * since the previous save appended to ptrack.map.delta.  Only ever called by
+ * since the previous save appended to ptrack.map.delta, in the source's
+ * folder (state_files.h).  Only ever called by
  * one process per server run.  On an I/O failure logs a WARNING and returns
  * false; the next save then writes the whole map.
  */

@@ -7,8 +7,9 @@
  *   ptrack_get_pagemapset(start_lsn) (path, pagecount, pagemap) per changed segment file
  *   ptrack_get_change_stat(start_lsn) (files, pages, "size, MB")
  *
- * Each function checks its arguments and the tracking state first and raises
- * a clear ERROR with a hint, before reading anything.
+ * Each function that answers about changes first refuses an unsafe schema
+ * (schema_check.h), then checks its arguments and the tracking state, and
+ * raises a clear ERROR with a hint before reading anything.
  *
  * The boundary with C++ (boundary.h): everything called from here into the
  * engine is noexcept, and these frames own no objects with destructors, so
@@ -36,11 +37,12 @@ PG_FUNCTION_INFO_V1(ptrack_get_change_stat);
 #include "capture/capture_source.h"
 #include "core/datadir_walk.h"
 #include "sql/answer_start.h"
+#include "sql/schema_check.h"
 #include "sql/summary_scan.h"
 #include "ptrack/pagemap.h"
 #include "core/shared_state.h"
 
-#define PTRACK_VERSION "2.3"
+#define PTRACK_VERSION "2.4"
 
 namespace ptrack::pg {
 
@@ -88,7 +90,7 @@ void map_file_row(const RelationFile* file, void* arg)
 /*
  * The rows since state->since, from where the running source answers: the
  * summary files (wal capture), after a cut that puts every change made
- * before the call into them; else the map and the limit table.
+ * before the call into them; else (hooks) the map.
  */
 void answer(PagemapScan* state)
 {
@@ -112,6 +114,8 @@ extern "C" PGDLLEXPORT Datum ptrack_version(PG_FUNCTION_ARGS)
 
 extern "C" PGDLLEXPORT Datum ptrack_init_lsn(PG_FUNCTION_ARGS)
 {
+    /* A backup tool asks this first: the impostor is looked for here (schema_check.h). */
+    require_safe_schema(fcinfo, true);
     require_tracking();
     running_source().wait_until_fresh();
     PG_RETURN_LSN(answer_init_lsn());
@@ -119,6 +123,7 @@ extern "C" PGDLLEXPORT Datum ptrack_init_lsn(PG_FUNCTION_ARGS)
 
 extern "C" PGDLLEXPORT Datum ptrack_get_pagemapset(PG_FUNCTION_ARGS)
 {
+    require_safe_schema(fcinfo, false);
     const ptrack::Lsn since = checked_start_lsn(fcinfo);
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
@@ -134,6 +139,7 @@ extern "C" PGDLLEXPORT Datum ptrack_get_pagemapset(PG_FUNCTION_ARGS)
 
 extern "C" PGDLLEXPORT Datum ptrack_get_change_stat(PG_FUNCTION_ARGS)
 {
+    require_safe_schema(fcinfo, false);
     const ptrack::Lsn since = checked_start_lsn(fcinfo);
     TupleDesc tupdesc;
     if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)

@@ -81,6 +81,7 @@ PG_FUNCTION_INFO_V1(ptrack_verify);
 #include "capture/capture_source.h"
 #include "core/datadir_walk.h"
 #include "sql/answer_start.h"
+#include "sql/schema_check.h"
 #include "sql/summary_scan.h"
 #include "core/shared_state.h"
 #include "sql/verify.h"
@@ -470,6 +471,7 @@ using namespace ptrack::pg;
 
 extern "C" PGDLLEXPORT Datum ptrack_verify(PG_FUNCTION_ARGS)
 {
+    require_safe_schema(fcinfo, false);
     const ptrack::Lsn since = checked_start_lsn(fcinfo);
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);

@@ -1,6 +1,6 @@
 /*
  * capture_wal.cpp -- the wal capture source as the rest of the server sees
- * it (docs/design.md section 7): its parameters, the registration of its
+ * it (docs/design.md section 4): its parameters, the registration of its
  * background worker, the WAL follower (follower.h and the follower_*.cpp
  * files), and what a backend does before an answer: wait until the
  * follower has applied the WAL written before the call
@@ -359,30 +359,40 @@ bool wal_summaries(bool cut, Lsn* summarized)
     }
 }
 
-const CaptureSourceOps kWalSource = {
-    "wal",
-    {CaptureSourceId::kWal, "ptrack_init_lsn() is set where the WAL follower starts reading.",
-     "Backups are not affected yet: the changes are tracked in memory, and the WAL since ptrack's last successful "
-     "save is kept (replication slot \"ptrack_wal_follower\") so that tracking survives a restart; pg_wal grows "
-     "until a save succeeds. The WAL follower retries with a growing pause.",
-     "Make the data directory, pg_wal/ptrack and ptrack's files in them (ptrack.map*, ptrack.sizes*, "
-     "the change summaries) writable by "
-     "the server's user, and free disk space.",
-     wal_before_load, wal_start_fresh, wal_continue_loaded, [] { return false; }, wal_migrate_loaded},
-    false,
-    register_wal_follower,
-    nullptr,
-    wal_save_prepare,
-    wal_save_covered_lsn,
-    [](Lsn covered) { return growth_prepare_save(covered); },
-    wal_save_point,
-    wal_save_done,
-    wait_for_follower,
-    wal_summaries,
-    wait_for_follower,
-    false,
-    wal_not_running,
-    wal_status,
-};
+constexpr CaptureSourceOps kWalSource = [] {
+    CaptureSourceOps ops{};
+    ops.name = "wal";
+    ops.persistence.id = CaptureSourceId::kWal;
+    ops.persistence.files_dir = kSummaryDir; /* next to the summaries (persist/state_files.h) */
+    ops.persistence.fresh_init_detail = "ptrack_init_lsn() is set where the WAL follower starts reading.";
+    ops.persistence.save_failure_detail =
+        "Backups are not affected yet: the changes are tracked in memory, and the WAL since ptrack's last successful "
+        "save is kept (replication slot \"ptrack_wal_follower\") so that tracking survives a restart; pg_wal grows "
+        "until a save succeeds. The WAL follower retries with a growing pause.";
+    ops.persistence.save_failure_hint =
+        "Make pg_wal/ptrack and ptrack's files in it (ptrack.map*, ptrack.sizes*, the change summaries) writable "
+        "by the server's user, and free disk space.";
+    ops.persistence.before_load = wal_before_load;
+    ops.persistence.start_fresh = wal_start_fresh;
+    ops.persistence.continue_loaded = wal_continue_loaded;
+    ops.persistence.marks_map = [] { return false; };
+    ops.persistence.migrate_loaded = wal_migrate_loaded;
+    ops.init_lsn_on_first_use = false;
+    ops.install = register_wal_follower;
+    ops.drops_follower_slot = nullptr; /* the follower's own slot */
+    ops.save_prepare = wal_save_prepare;
+    ops.save_covered_lsn = wal_save_covered_lsn;
+    ops.save_sizes = [](Lsn covered) { return growth_prepare_save(covered); };
+    ops.save_point = wal_save_point;
+    ops.save_done = wal_save_done;
+    ops.wait_until_fresh = wait_for_follower;
+    ops.summaries = wal_summaries;
+    ops.wait_for_marks = wait_for_follower;
+    ops.verify_pauses_first = false;
+    ops.not_running = wal_not_running;
+    ops.status = wal_status;
+    return ops;
+}();
+static_assert(source_ops_complete(kWalSource), "every entry of the WAL follower's table is set");
 
 }  // namespace ptrack::pg

@@ -11,6 +11,7 @@ extern "C" {
 #include "core/boundary.h"
 #include "core/map_answer.h"
 #include "persist/limit_file_io.h"
+#include "persist/state_files.h"
 #include "persist/summary_io.h"
 #include "ptrack/limit_file.h"
 
@@ -109,10 +110,10 @@ const char* attach_old_limits(const ControlFileData* control, Lsn map_covered)
     if (why == nullptr && covered >= map_covered)
         return nullptr;
     if (why == nullptr)
-        snprintf(text, sizeof(text), "\"%s\" is complete only up to %X/%X, before the map's %X/%X", kLimitFileName,
-                 PTRACK_LSN_ARGS(covered), PTRACK_LSN_ARGS(map_covered));
+        snprintf(text, sizeof(text), "\"%s\" is complete only up to %X/%X, before the map's %X/%X",
+                 state_file(StateFile::kLimits), PTRACK_LSN_ARGS(covered), PTRACK_LSN_ARGS(map_covered));
     else
-        snprintf(text, sizeof(text), "\"%s\", saved with it, is not usable: %s", kLimitFileName, why);
+        snprintf(text, sizeof(text), "\"%s\", saved with it, is not usable: %s", state_file(StateFile::kLimits), why);
     return text;
 }
 
