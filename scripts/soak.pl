@@ -55,6 +55,7 @@ use Time::HiRes qw(sleep time);
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use Test::More ();
 use PtrackCluster qw(ptrack_node new_node server_has_hooks server_major);
 use PtrackOracle qw(block_counts lsn_to_int);
 use PtrackVerify qw(cluster_digests);
@@ -67,6 +68,10 @@ use PtrackSoak::Faults;
 use PtrackSoak::Backups;
 use PtrackSoak::Checks;
 
+# Test::More's notes (PostgreSQL::Test::Cluster makes some) go to the log
+# file, as everything else but the progress lines.
+Test::More->builder->$_(\*STDOUT) for qw(output failure_output todo_output);
+
 my %opt = (clients => 3);
 GetOptions(\%opt, 'pg-version=s', 'capture=s', 'minutes=f', 'seed=s', 'standby', 'clients=i',
 	'big-table-mb=i', 'pg-probackup=s', 'tiny-dir=s', 'keep', 'faults=s')
@@ -78,7 +83,7 @@ for my $o (qw(pg-version capture minutes seed pg-probackup))
 die "soak.pl: --capture must be hooks or wal\n" unless $opt{capture} =~ /^(hooks|wal)$/;
 die "soak.pl: --seed must be a non-negative integer\n" unless $opt{seed} =~ /^\d+$/;
 die "soak.pl: --clients must be 1 to 8\n" unless $opt{clients} >= 1 && $opt{clients} <= 8;
-$opt{'big-table-mb'} //= $opt{minutes} >= 10 ? 1100 : 0;
+$opt{'big-table-mb'} //= $opt{minutes} >= 30 ? 1100 : 0;
 
 my $run = $ENV{TESTDIR} // die "soak.pl: TESTDIR is not set (run it through scripts/soak.sh)\n";
 my $log = PtrackSoak::Log->new("$run/events.log");

@@ -33,7 +33,8 @@
 #   --clients N    concurrent clients (default 3)
 #   --big-table-mb MB  client 0 grows a table to MB megabytes, past the 1 GB
 #                  segment boundary, and shrinks it again (default 1100 when
-#                  --minutes is at least 10, else 0: none)
+#                  --minutes is at least 30, else 0: none; it makes each
+#                  backup's checks several times longer)
 #   --faults LIST  only these faults (comma-separated: immediate_stop,
 #                  kill_postmaster, kill_checkpointer, kill_follower,
 #                  kill_backend, restart, file_size_limit, fill_tablespace,
@@ -196,10 +197,18 @@ main() {
 				rm -rf "$build"
 				echo "${tmp_pg_config#"$install.tmp"}" >"$install.tmp/.soak-install-stamp"
 				mv "$install.tmp" "$install"
-				# The two newest installs of each server are kept.
-				ls -dt "$cache/$tag"-* 2>/dev/null | grep -v '\.tmp$' | tail -n +3 | xargs -r rm -rf
-			) 9>"$cache/.lock"
+				# The two newest installs of each server are kept, and any
+				# that a run is using (it holds its stamp file locked).
+				ls -dt "$cache/$tag"-*/ 2>/dev/null | grep -v '\.tmp/$' | tail -n +3 |
+					while read -r old; do
+						old=${old%/}
+						flock -n -x "$old/.soak-install-stamp" rm -rf "$old" "$old.lock" || true
+					done
+			) 9>"$install.lock"
 		fi
+		# In use until this script ends (the pruning above leaves it alone).
+		exec 8<"$install/.soak-install-stamp"
+		flock -s 8
 		pg_config=$install$(cat "$install/.soak-install-stamp")
 	fi
 	[ -x "$pg_config" ] || die "no pg_config at $pg_config"
