@@ -163,7 +163,14 @@ private:
     void* allocate(size_t bytes) noexcept;
     void release(void* p, size_t bytes) noexcept;
     AddResult refuse(Refusal why) noexcept;
-    AddResult done() noexcept { return needs_cut() ? AddResult::kCutSoon : AddResult::kOk; }
+    /* The answer of an add that changed no allocation and no count: near_cut_ still holds. */
+    AddResult unchanged() const noexcept { return near_cut_ ? AddResult::kCutSoon : AddResult::kOk; }
+    /* After anything that may have changed them: needs_cut() again. */
+    AddResult done() noexcept
+    {
+        near_cut_ = needs_cut();
+        return unchanged();
+    }
 
     /* The fork's index, or UINT32_MAX if it is not in the set. */
     uint32_t fork_find(const RelFork& rel) const noexcept;
@@ -204,6 +211,8 @@ private:
     uint32_t db_count_ = 0;
 
     uint64_t block_count_ = 0;
+    /* needs_cut() as of the last add, clear() or reset(): an add that allocates nothing keeps it. */
+    bool near_cut_ = false;
 
     /*
      * The (fork, chunk)s added to last, direct-mapped by a cheap hash of the

@@ -365,10 +365,11 @@ AddResult ChangeSet::add_block(const RelFork& rel, BlockNumber block) noexcept
     }
     const uint32_t offset = block & (kChunkBlocks - 1);
     if (offset >= c->limit)
-        return done(); /* the fork's limit already lists it */
+        return unchanged(); /* the fork's limit already lists it */
+    const size_t used = used_;
     if (!add_to_chunk(c, offset))
-        return AddResult::kRefused;
-    return done();
+        return AddResult::kRefused; /* nothing changed */
+    return used_ == used ? unchanged() : done();
 }
 
 AddResult ChangeSet::add_first_block(const RelFork& rel, BlockNumber block) noexcept
@@ -388,6 +389,7 @@ AddResult ChangeSet::add_first_block(const RelFork& rel, BlockNumber block) noex
     }
     if (fork == UINT32_MAX && (fork = fork_insert(rel)) == UINT32_MAX) {
         release(data, first_bytes);
+        near_cut_ = needs_cut(); /* the chunk table may have grown */
         return AddResult::kRefused;
     }
     std::memset(data, 0xFF, first_bytes);
@@ -471,6 +473,7 @@ AddResult ChangeSet::add_blocks(const BlockRef* refs, uint32_t n) noexcept
             }
             while (fork_count_ > forks_before)
                 remove_last_fork();
+            near_cut_ = needs_cut();
             return result;
         }
         if (block_count_ != blocks)
@@ -623,6 +626,7 @@ void ChangeSet::clear() noexcept
     block_count_ = 0;
     drop_cache();
     refusal_ = Refusal::kNone;
+    near_cut_ = needs_cut();
 }
 
 void ChangeSet::reset() noexcept
@@ -638,6 +642,7 @@ void ChangeSet::reset() noexcept
     dbs_ = nullptr;
     chunk_slot_count_ = 0;
     fork_capacity_ = fork_slot_count_ = db_capacity_ = 0;
+    near_cut_ = needs_cut();
 }
 
 /* The set in cursor order: forks sorted, then their chunks (ptrack/change_cursor.h). */
