@@ -18,19 +18,29 @@
 # way.
 #
 # The machine that runs CI has no internet: pg_probackup's source is never
-# downloaded here.  The script runs only when given a checkout (a git work
-# tree or bare/mirror repository, e.g. /work/.mirror/postgrespro+pg_probackup/repo);
-# without one it says so and exits 2, and callers skip the pg_probackup tests.
+# downloaded here.  SOURCE is either a git checkout (a work tree or a
+# bare/mirror repository) or a `git archive` tarball of one; without SOURCE
+# the script takes the vendored tarball the project's machines keep beside
+# the repository (../shared/vendor/pg_probackup-*.tar.gz, see its README;
+# PTRACK_VENDOR_DIR names another folder).  With neither it says so and
+# exits 2, and callers decide whether the pg_probackup tests may skip.
 #
 # Usage:
-#   scripts/build-pg-probackup.sh [--pg-version 15|17|18] [--ref REF] SOURCE
+#   scripts/build-pg-probackup.sh [--pg-version 15|17|18] [--ref REF] [SOURCE]
 #       build if needed; the last (and only) line on stdout is the path of
 #       the pg_probackup binary.  SOURCE may also come from
 #       $PTRACK_PG_PROBACKUP_SRC.  REF (default HEAD, i.e. the checkout's
-#       current commit; master on the mirror) is any commit-ish of SOURCE.
+#       current commit; master on the mirror) is any commit-ish of a
+#       checkout; a tarball is one commit (read with git get-tar-commit-id).
+#   scripts/build-pg-probackup.sh --print-source
+#       print the source the script would build from, or exit 2 if none
 #
 # Environment:
-#   PTRACK_PG_PROBACKUP_SRC    the pg_probackup checkout, if not an argument
+#   PTRACK_PG_PROBACKUP_SRC    the pg_probackup checkout or tarball, if not
+#                              an argument
+#   PTRACK_VENDOR_DIR          where the vendored tarball is looked for
+#                              (default: ../shared/vendor from the
+#                              repository's root, then /work/shared/vendor)
 #   PTRACK_PG_PROBACKUP_CACHE  cache root (default $PTRACK_PG_CACHE/pg_probackup,
 #                              i.e. /var/cache/ptrack-pg/pg_probackup)
 #   PTRACK_PG_PREFIX           the server to build against (default: the
@@ -78,6 +88,7 @@ usage() {
 PG_MAJOR=15
 REF=HEAD
 SRC=${PTRACK_PG_PROBACKUP_SRC:-}
+PRINT_SOURCE=0
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--pg-version)
@@ -88,6 +99,7 @@ while [[ $# -gt 0 ]]; do
 		[[ $# -ge 2 ]] || { usage; die "--ref needs a value"; }
 		REF=$2; shift ;;
 	--ref=*) REF=${1#--ref=} ;;
+	--print-source) PRINT_SOURCE=1 ;;
 	-h|--help) usage; exit 0 ;;
 	-*) usage; die "unknown argument: $1" ;;
 	*) SRC=$1 ;;
@@ -98,12 +110,60 @@ case $PG_MAJOR in
 	15|17|18) ;;
 	*) die "unsupported --pg-version '$PG_MAJOR' (15, 17 or 18)" ;;
 esac
+# The vendored tarball: the newest pg_probackup-*.tar.gz in the first vendor
+# folder that has one.
+vendored_tarball() {
+	local d t
+	for d in ${PTRACK_VENDOR_DIR:-"$SCRIPT_DIR/../../shared/vendor" /work/shared/vendor}; do
+		t=$(ls "$d"/pg_probackup-*.tar.gz 2>/dev/null | sort -V | tail -n 1 || true)
+		[[ -n $t ]] && { (cd "$(dirname "$t")" && printf '%s/%s\n' "$(pwd)" "$(basename "$t")"); return 0; }
+	done
+	return 1
+}
 if [[ -z $SRC ]]; then
-	log "no pg_probackup checkout given (argument or PTRACK_PG_PROBACKUP_SRC); nothing built"
-	exit 2
+	SRC=$(vendored_tarball) || {
+		log "no pg_probackup source: no SOURCE argument, no PTRACK_PG_PROBACKUP_SRC, and no" \
+			"pg_probackup-*.tar.gz in ${PTRACK_VENDOR_DIR:-../shared/vendor or /work/shared/vendor}; nothing built"
+		exit 2
+	}
 fi
-git -C "$SRC" rev-parse --git-dir >/dev/null 2>&1 || die "not a git checkout: $SRC"
-COMMIT=$(git -C "$SRC" rev-parse --verify "$REF^{commit}") || die "no commit $REF in $SRC"
+if [[ $PRINT_SOURCE = 1 ]]; then
+	printf '%s\n' "$SRC" >&3
+	exit 0
+fi
+# SRC_KIND: git (a checkout) or tar (a git archive tarball).
+if [[ -f $SRC ]]; then
+	SRC_KIND=tar
+	[[ $REF = HEAD ]] || die "--ref applies to a git checkout, not to the tarball $SRC"
+	# git get-tar-commit-id reads the first header only; gzip then dies of
+	# SIGPIPE, which pipefail would count: the output decides.
+	COMMIT=$(gzip -dc "$SRC" 2>/dev/null | git get-tar-commit-id || true)
+	[[ $COMMIT =~ ^[0-9a-f]{40}$ ]] ||
+		die "$SRC is not a git archive tarball (git get-tar-commit-id finds no commit id)"
+	TAR_TOP=$(tar -tzf "$SRC" | sed -n '1{s|/.*||;p;q}' || true)
+	[[ -n $TAR_TOP ]] || die "$SRC is empty"
+else
+	SRC_KIND=git
+	git -C "$SRC" rev-parse --git-dir >/dev/null 2>&1 || die "not a git checkout nor a tarball: $SRC"
+	COMMIT=$(git -C "$SRC" rev-parse --verify "$REF^{commit}") || die "no commit $REF in $SRC"
+fi
+
+# source_patches: pg_probackup's patches/REL_<N>_STABLE*.patch at COMMIT;
+# source_file PATH: one file of the source at COMMIT.
+source_patches() {
+	if [[ $SRC_KIND = git ]]; then
+		git -C "$SRC" ls-tree --name-only "$COMMIT" patches/ 2>/dev/null
+	else
+		tar -tzf "$SRC" | sed -n "s|^$TAR_TOP/||p"
+	fi | grep -E "^patches/REL_${PG_MAJOR}_STABLE[^/]*\.patch$" || true
+}
+source_file() {
+	if [[ $SRC_KIND = git ]]; then
+		git -C "$SRC" show "$COMMIT:$1"
+	else
+		tar -xzOf "$SRC" "$TAR_TOP/$1"
+	fi
+}
 
 # --- the server and its source ---------------------------------------------
 
@@ -132,9 +192,8 @@ else
 		src/bin/pg_basebackup/receivelog.c | sha256sum | cut -d' ' -f1)
 fi
 
-PGPB_PATCHES=$(git -C "$SRC" ls-tree --name-only "$COMMIT" patches/ 2>/dev/null |
-	grep -E "^patches/REL_${PG_MAJOR}_STABLE[^/]*\.patch$" || true)
-PATCHES_ID=$(for p in $PGPB_PATCHES; do git -C "$SRC" show "$COMMIT:$p"; done | sha256sum | cut -c1-12)
+PGPB_PATCHES=$(source_patches)
+PATCHES_ID=$(for p in $PGPB_PATCHES; do source_file "$p"; done | sha256sum | cut -c1-12)
 
 CACHE_ROOT=${PTRACK_PG_PROBACKUP_CACHE:-${PTRACK_PG_CACHE:-/var/cache/ptrack-pg}/pg_probackup}
 KEY_HASH=$(printf '%s\n' "$PREFIX" "$TREE_ID" "$PATCHES_ID" | sha256sum | cut -c1-12)
@@ -182,8 +241,13 @@ if [[ -n $TARBALL ]]; then
 else
 	run "copying $TREE" cp -a "$TREE" "$WORK/pgsrc"
 fi
-run "cloning pg_probackup at ${COMMIT:0:12}" git clone --quiet --no-checkout "$SRC" "$WORK/pg_probackup"
-run "checking out ${COMMIT:0:12}" git -C "$WORK/pg_probackup" checkout --quiet --detach "$COMMIT"
+if [[ $SRC_KIND = git ]]; then
+	run "cloning pg_probackup at ${COMMIT:0:12}" git clone --quiet --no-checkout "$SRC" "$WORK/pg_probackup"
+	run "checking out ${COMMIT:0:12}" git -C "$WORK/pg_probackup" checkout --quiet --detach "$COMMIT"
+else
+	mkdir -p "$WORK/pg_probackup"
+	run "unpacking $(basename "$SRC") (${COMMIT:0:12})" tar -xzf "$SRC" -C "$WORK/pg_probackup" --strip-components=1
+fi
 for p in $PGPB_PATCHES; do
 	run "applying pg_probackup's $p to the private PostgreSQL tree" \
 		patch -d "$WORK/pgsrc" -p1 --fuzz=0 --batch -i "$WORK/pg_probackup/$p"
@@ -200,6 +264,7 @@ VERSION_LINE=$("$OUT/bin/pg_probackup" --version) || die "$OUT/bin/pg_probackup 
 END=$(date +%s)
 {
 	printf 'pg_probackup_commit=%s\n' "$COMMIT"
+	printf 'pg_probackup_source=%s\n' "$SRC"
 	printf 'version=%s\n' "$VERSION_LINE"
 	printf 'server=%s (%s)\n' "$PREFIX" "$SERVER_VERSION"
 	printf 'postgresql_tree=%s\n' "${TARBALL:-$TREE}"

@@ -18,7 +18,7 @@
 # with the project's own tool (t/lib/PtrackBackup.pm).  Exits non-zero if the
 # restored cluster differs from the source or amcheck finds corruption.
 #
-# Usage: scripts/main-job.sh [--pg-version 15|17|18] [--server stock|patched | --pg-config PATH] [--capture auto|hooks|wal] [--scale N] [--transactions N] [--hot P] [--new P] [--clients N] [--pg-probackup PATH | --builtin] [--keep]
+# Usage: scripts/main-job.sh [--pg-version 15|17|18] [--server stock|patched | --pg-config PATH [--installed]] [--capture auto|hooks|wal] [--scale N] [--transactions N] [--hot P] [--new P] [--clients N] [--pg-probackup PATH | --builtin] [--keep]
 #   --pg-version   15 (default), 17 or 18; 17 and 18 run on the server of
 #                  scripts/build-postgres.sh --pg-version N (built if needed,
 #                  cached), which has the core hooks: --capture says which
@@ -29,6 +29,8 @@
 #   --pg-config    the pg_config of another PostgreSQL 15, 17 or 18
 #                  installation (its capture: hooks if it has the core patch,
 #                  else wal, unless --capture); ptrack is installed there
+#   --installed    with --pg-config: ptrack is already installed in that
+#                  server (scripts/run-tests.sh installs it once per server)
 #   --capture      ptrack.capture of the job's cluster: auto (the server's
 #                  hooks if it has them, else the WAL), hooks or wal
 #   --scale N      pgbench scale, at least 10 (default 10)
@@ -53,6 +55,7 @@ set -euo pipefail
 usage() { sed -n '/^# Usage:/,/^#   --keep/p' "$0" | sed 's/^# \{0,1\}//' >&2; }
 
 keep=0
+installed=0
 server=stock
 pg_version=15
 capture=
@@ -61,6 +64,7 @@ args=()
 while [ $# -gt 0 ]; do
 	case "$1" in
 		--keep) keep=1 ;;
+		--installed) installed=1 ;;
 		--server)
 			[ $# -ge 2 ] || { usage; exit 2; }
 			server=$2; shift ;;
@@ -140,10 +144,16 @@ case $server in
 		[ -x "$pg_config" ] || { echo "main-job: --pg-config $pg_config is not executable" >&2; exit 2; } ;;
 	*) echo "main-job: --server must be stock or patched" >&2; usage; exit 2 ;;
 esac
-echo "main-job: installing ptrack into $("$pg_config" --pkglibdir) ($("$pg_config" --version))" >&2
-if command -v flock >/dev/null 2>&1; then
+if [ "$installed" = 1 ]; then
+	[ "$server" = custom ] || { echo "main-job: --installed goes with --pg-config" >&2; usage; exit 2; }
+	[ -f "$("$pg_config" --pkglibdir)/ptrack.so" ] ||
+		{ echo "main-job: --installed, but $("$pg_config" --pkglibdir) has no ptrack.so" >&2; exit 1; }
+	echo "main-job: ptrack as installed in $("$pg_config" --pkglibdir) ($("$pg_config" --version))" >&2
+elif command -v flock >/dev/null 2>&1; then
+	echo "main-job: installing ptrack into $("$pg_config" --pkglibdir) ($("$pg_config" --version))" >&2
 	flock /tmp/ptrack-build.lock make -s PG_CONFIG="$pg_config" install >&2
 else
+	echo "main-job: installing ptrack into $("$pg_config" --pkglibdir) ($("$pg_config" --version))" >&2
 	make -s PG_CONFIG="$pg_config" install >&2
 fi
 

@@ -43,28 +43,36 @@
 # (ptrack_test, created if missing).
 #
 # Usage: scripts/run-tests.sh [--pg-version 15|17|18|all] [--mode hooks|wal|both]
-#            [--full | --core] [--jobs N] [--package] [make args, e.g. PROVE_TESTS='t/001_page_lsn_oracle.pl']
+#            [--full | --core] [--jobs N] [--package] [--no-pg-probackup]
+#            [make args, e.g. PROVE_TESTS='t/001_page_lsn_oracle.pl']
 #   --pg-version  one version, or all (default)
 #   --full        the whole suite on every version (17 included)
 #   --core        only the core set, on every version
 #   --jobs N      suites running at the same time (default 2, PTRACK_TEST_JOBS)
+#   --no-pg-probackup  skip the pg_probackup chains and build no pg_probackup
 #
-# Servers: built into the cache by scripts/build-postgres.sh unless given
-# (several work trees on one machine each test against private copies, since
-# their `make install` would replace each other's ptrack.so):
+# Servers: built into the cache by scripts/build-postgres.sh unless given;
+# each run copies them into its work directory and installs ptrack there
+# only (private_server below), so that several work trees on one machine
+# never test each other's ptrack.so:
 #   PTRACK_STOCK_PG_CONFIG      Debian's stock 15 (default /usr/lib/postgresql/15/bin/pg_config)
 #   PTRACK_PATCHED_PREFIX_15 (or PTRACK_PATCHED_PREFIX), PTRACK_PATCHED_PREFIX_17,
 #   PTRACK_PATCHED_PREFIX_18    a patched server's prefix
 #
-# pg_probackup (local only: CI has no pg_probackup and no internet): the
-# tests' pg_probackup parts (t/018, t/023's FULL + PTRACK + PTRACK chain,
-# t/026) run with
+# pg_probackup, the real client: the tests' pg_probackup chains (t/018,
+# t/023's FULL + PTRACK + PTRACK chain, t/026) and the main job
+# (scripts/main-job.sh, run after each suite's TAP tests) use
 #   PTRACK_PG_PROBACKUP_15, _17, _18  the binary for that version's suites
 #   PTRACK_PG_PROBACKUP               the same, when one --pg-version is given
-#   PTRACK_PG_PROBACKUP_SRC           a pg_probackup checkout: built for each
-#                                     version by scripts/build-pg-probackup.sh
-#                                     (cached) against the patched build
-# and are skipped otherwise.
+#   PTRACK_PG_PROBACKUP_SRC           a pg_probackup checkout or tarball
+# and otherwise the vendored source (scripts/build-pg-probackup.sh
+# --print-source: ../shared/vendor/pg_probackup-*.tar.gz), built for each
+# version by scripts/build-pg-probackup.sh (cached) against the patched
+# build.  Without any of them the pg_probackup parts are skipped, and each
+# suite's header says so; in CI (CI=true) or with
+# PTRACK_REQUIRE_PG_PROBACKUP=1 that is a failure instead, and the tests
+# fail rather than skip.  --no-pg-probackup skips them on purpose (a
+# developer's quick round).
 set -euo pipefail
 # Job control: every background job (the server builds, each suite) gets its
 # own process group, so that an interrupted run stops all of it.
@@ -75,19 +83,20 @@ repo=$(pwd)
 # The core set on 17: the tests whose outcome depends on the server version's
 # internals (write paths, WAL records and their decoding, crash recovery, the
 # control file and checkpoints, backups restored by the server) or that prove
-# the stock path (020) and the pg_probackup chain (023), the record kinds that
+# the stock path (020) and the pg_probackup chains (018, 023, 026: the real
+# client on every version and mode), the record kinds that
 # differ by version (030), the summaries' retention (033: cheap, and the
 # brief of issue 21 asks for it on every version), failures (034) and the
 # file watch (039: the kernel events of the version's own writes),
 # plus the cheap ones.
 # About half of the suite's time (measured: 304 of 619 s on 15, wal).  Left
-# out: 012-014, 017-019, 022, 024-026 (their logic is version-independent
+# out: 012-014, 017, 019, 022, 024, 025 (their logic is version-independent
 # once the above holds on 17, and all of them run on 15 and 18).
 CORE_TESTS=(
 	t/001_page_lsn_oracle.pl t/002_temp_unlogged.pl t/003_incremental_backup.pl
 	t/010_restart_crash.pl t/011_untrusted_map.pl t/015_crash_windows.pl
-	t/016_bypass_writes.pl t/020_wal_capture.pl t/021_wal_limits.pl
-	t/023_backup_role.pl t/027_hostile_schema.pl t/028_disk_full.pl
+	t/016_bypass_writes.pl t/018_fresh_standby.pl t/020_wal_capture.pl t/021_wal_limits.pl
+	t/023_backup_role.pl t/026_archive_recovery.pl t/027_hostile_schema.pl t/028_disk_full.pl
 	t/029_startup_leftovers.pl t/030_record_kinds.pl
 	t/033_summary_retention.pl t/034_summary_failures.pl t/039_file_watch.pl
 )
@@ -97,6 +106,7 @@ mode=both
 set_choice=auto
 jobs=${PTRACK_TEST_JOBS:-2}
 package=${PTRACK_TEST_PACKAGE:-0}
+pg_probackup_wanted=1
 while [ $# -gt 0 ]; do
 	case $1 in
 		--pg-version|--mode|--jobs)
@@ -107,6 +117,7 @@ while [ $# -gt 0 ]; do
 				--jobs) jobs=$2 ;;
 			esac
 			shift 2 ;;
+		--no-pg-probackup) pg_probackup_wanted=0; shift ;;
 		--full) set_choice=full; shift ;;
 		--core) set_choice=core; shift ;;
 		--package) package=1; shift ;;
@@ -154,9 +165,31 @@ for v in "${version_list[@]}"; do
 		fi
 	done
 done
+# pg_probackup: the source to build it from, unless every binary is given.
+require_pg_probackup=${PTRACK_REQUIRE_PG_PROBACKUP:-0}
+[ "${CI:-}" = true ] && require_pg_probackup=1
+pg_probackup_src=
+if [ "$pg_probackup_wanted" = 1 ]; then
+	pg_probackup_src=${PTRACK_PG_PROBACKUP_SRC:-$(scripts/build-pg-probackup.sh --print-source 2>/dev/null || true)}
+	if [ -z "$pg_probackup_src" ] && [ "$require_pg_probackup" = 1 ]; then
+		for v in "${version_list[@]}"; do
+			var=PTRACK_PG_PROBACKUP_$v
+			if [ -z "${!var:-}" ] && ! { [ -n "${PTRACK_PG_PROBACKUP:-}" ] && [ "$versions" = "$v" ]; }; then
+				echo "run-tests: no pg_probackup for PostgreSQL $v and no source to build it from" \
+					"(PTRACK_PG_PROBACKUP_SRC, or the vendored ../shared/vendor/pg_probackup-*.tar.gz);" \
+					"CI must not skip the pg_probackup chains" >&2
+				exit 1
+			fi
+		done
+	fi
+elif [ "$require_pg_probackup" = 1 ]; then
+	echo "run-tests: --no-pg-probackup, but CI (CI=true) or PTRACK_REQUIRE_PG_PROBACKUP=1 requires the pg_probackup chains" >&2
+	exit 2
+fi
+
 # The package test also starts the packaged library on the patched 15, and
 # a pg_probackup for 15 is built against it.
-if { [ "$package" = 1 ] || { [ -n "${PTRACK_PG_PROBACKUP_SRC:-}" ] && [[ " ${version_list[*]} " == *" 15 "* ]]; }; } &&
+if { [ "$package" = 1 ] || { [ -n "$pg_probackup_src" ] && [[ " ${version_list[*]} " == *" 15 "* ]]; }; } &&
 	[[ " ${need_build[*]} " != *" 15 "* ]]; then
 	need_build=(15 "${need_build[@]}")
 fi
@@ -248,15 +281,49 @@ unit_tests() {
 
 # --- ptrack built and installed once per server ------------------------------
 
-# prepare TAG PG_CONFIG: builds ptrack in a copy of the tree and installs it
-# into that server (once per TAG, serialised by a lock: the hooks and wal
-# suites of 17/18 share one install).  The built tree is $work/build-TAG.
+# private_server TAG PG_CONFIG: copies the server of PG_CONFIG into
+# $work/server-TAG, keeping its layout under that root (its install
+# directories, the headers and the shared files), and prints the copy's
+# pg_config.  PostgreSQL's installations are relocatable (pg_config and
+# postgres find their directories relative to their own binary), so the copy
+# runs as the original does; ptrack is installed into the copy only, and a
+# run never shares a ptrack.so with another work tree's run on the same
+# machine, nor leaves one behind in the cache or in Debian's server.
+private_server() {
+	local tag=$1 pg_config=$2 root=$work/server-$1 d done=() c skip
+	mkdir -p "$root"
+	for d in "$(dirname "$("$pg_config" --bindir)")" "$("$pg_config" --sharedir)" "$("$pg_config" --includedir)"; do
+		skip=0
+		for c in "${done[@]}"; do
+			case $d/ in "$c"/*) skip=1 ;; esac
+		done
+		[ "$skip" = 1 ] && continue
+		mkdir -p "$root$(dirname "$d")"
+		cp -a "$d" "$root$d"
+		done+=("$d")
+	done
+	local copy=$root$("$pg_config" --bindir)/pg_config
+	[ "$("$copy" --pkglibdir)" = "$root$("$pg_config" --pkglibdir)" ] || {
+		echo "run-tests: the copy of $pg_config in $root does not relocate (its pkglibdir is $("$copy" --pkglibdir))" >&2
+		return 1
+	}
+	echo "$copy"
+}
+
+# prepare TAG PG_CONFIG: copies the server (private_server), builds ptrack
+# in a copy of the tree and installs it into the server's copy (once per
+# TAG, serialised by a lock: the hooks and wal suites of 17/18 share one
+# install).  The built tree is $work/build-TAG, the copy's pg_config is in
+# $state/pg_config-TAG.
 prepare() {
-	local tag=$1 pg_config=$2
+	local tag=$1
 	(
 		flock 9
 		[ -e "$state/installed-$tag" ] && exit 0
 		[ -e "$state/install-failed-$tag" ] && exit 1
+		local pg_config
+		pg_config=$(private_server "$tag" "$2") || { : >"$state/install-failed-$tag"; exit 1; }
+		echo "$pg_config" >"$state/pg_config-$tag"
 		local tree=$work/build-$tag
 		rm -rf "$tree"
 		mkdir -p "$tree"
@@ -275,14 +342,16 @@ prepare() {
 }
 
 # pg_probackup_for V: the pg_probackup binary for version V's suites, if any
-# (header: "pg_probackup"); built from $PTRACK_PG_PROBACKUP_SRC when given.
+# (header: "pg_probackup"); built from $pg_probackup_src when there is one.
 pg_probackup_for() {
 	local v=$1 var=PTRACK_PG_PROBACKUP_$1
-	if [ -n "${!var:-}" ]; then
+	if [ "$pg_probackup_wanted" = 0 ]; then
+		return 0
+	elif [ -n "${!var:-}" ]; then
 		echo "${!var}"
 	elif [ -n "${PTRACK_PG_PROBACKUP:-}" ] && [ "$versions" = "$v" ]; then
 		echo "$PTRACK_PG_PROBACKUP"
-	elif [ -n "${PTRACK_PG_PROBACKUP_SRC:-}" ]; then
+	elif [ -n "$pg_probackup_src" ]; then
 		# Against the patched build of V (also for the stock 15's suite:
 		# pg_probackup needs the same major version, not the same server).
 		# The stock 15's suite starts before the patched 15 is built.
@@ -294,7 +363,7 @@ pg_probackup_for() {
 		(
 			flock 9
 			PTRACK_PG_PREFIX=$(cat "$state/prefix-$v") scripts/build-pg-probackup.sh --pg-version "$v" \
-				"$PTRACK_PG_PROBACKUP_SRC" 2>"$repo/test-logs/pg_probackup-$v.log" | tail -n 1
+				"$pg_probackup_src" 2>"$repo/test-logs/pg_probackup-$v.log" | tail -n 1
 		) 9>"$state/lock-pg_probackup" || {
 			echo "run-tests: building pg_probackup for $v failed (test-logs/pg_probackup-$v.log)" >&2
 			return 1
@@ -317,23 +386,31 @@ suite() {
 		pg_config=$p/bin/pg_config
 	fi
 	prepare "$tag" "$pg_config" || return 1
+	pg_config=$(cat "$state/pg_config-$tag")
 	set=$(test_set "$v")
 	echo "run-tests: === PostgreSQL $v, $m capture ($set set): $("$pg_config" --version) ($("$pg_config" --bindir)) ==="
 	local pgpro
 	pgpro=$(pg_probackup_for "$v") || return 1
-	echo "run-tests: pg_probackup: ${pgpro:-none, the pg_probackup parts of the tests are skipped}"
+	if [ -n "$pgpro" ]; then
+		echo "run-tests: pg_probackup: $pgpro ($("$pgpro" --version))"
+	elif [ "$require_pg_probackup" = 1 ]; then
+		echo "run-tests: pg_probackup: none for PostgreSQL $v, and CI (CI=true) or PTRACK_REQUIRE_PG_PROBACKUP=1 requires it: FAILED"
+		return 1
+	else
+		echo "run-tests: pg_probackup: none ($([ "$pg_probackup_wanted" = 0 ] && echo --no-pg-probackup || echo 'no source')): the pg_probackup chains are SKIPPED"
+	fi
 	local tree=$work/suite-$v-$m status=0
 	cp -a "$work/build-$tag" "$tree"
 	local args=(PG_CONFIG="$pg_config" PROVE_FLAGS=--timer installcheck installcheck-off)
 	[ "$set" = core ] && args+=(PROVE_TESTS="${CORE_TESTS[*]}")
 	args+=("$@")
+	local test_env=(env -u PTRACK_PG_PROBACKUP PTRACK_CAPTURE="$m" ${pgpro:+PTRACK_PG_PROBACKUP="$pgpro"}
+		PTRACK_REQUIRE_PG_PROBACKUP="$require_pg_probackup")
 	if [ "$(id -u)" -eq 0 ]; then
 		chown -R ptrack_test "$tree"
-		runuser -u ptrack_test -- env -u PTRACK_PG_PROBACKUP PTRACK_CAPTURE="$m" ${pgpro:+PTRACK_PG_PROBACKUP="$pgpro"} \
-			make -C "$tree" "${args[@]}" || status=$?
+		runuser -u ptrack_test -- "${test_env[@]}" make -C "$tree" "${args[@]}" || status=$?
 	else
-		env -u PTRACK_PG_PROBACKUP PTRACK_CAPTURE="$m" ${pgpro:+PTRACK_PG_PROBACKUP="$pgpro"} \
-			make -C "$tree" "${args[@]}" || status=$?
+		"${test_env[@]}" make -C "$tree" "${args[@]}" || status=$?
 	fi
 	local logs=$repo/test-logs/$v-$m f
 	rm -rf "$logs"
@@ -342,11 +419,18 @@ suite() {
 		[ -e "$tree/$f" ] && cp -a "$tree/$f" "$logs/" || true
 	done
 	rm -rf "$tree"
+	# The main job: a developer's round that picks its TAP
+	# files (PROVE_TESTS=...) leaves them out.
+	if [ "$status" -eq 0 ] && [ "$picked" = 0 ]; then
+		echo "run-tests: === main job (scripts/main-job.sh), PostgreSQL $v, $m capture ==="
+		scripts/main-job.sh --pg-config "$pg_config" --capture "$m" --installed \
+			${pgpro:+--pg-probackup "$pgpro"} || status=$?
+	fi
 	if [ "$status" -eq 0 ] && [ "$v" = 15 ] && [ "$m" = hooks ]; then
 		# A cluster made by Debian's pg_createcluster must start unchanged on
 		# the patched server (SSL, ICU, lz4...); needs root.
 		if [ "$(id -u)" -eq 0 ]; then
-			scripts/test-debian-cluster.sh "$p" || status=1
+			scripts/test-debian-cluster.sh "$(dirname "$(dirname "$pg_config")")" || status=1
 		else
 			echo "run-tests: scripts/test-debian-cluster.sh NOT run (it needs root)"
 		fi
@@ -374,8 +458,9 @@ package_test() {
 # A run that picks its TAP files (PROVE_TESTS=...) is a developer's quick
 # round: the engine's unit tests (a minute of compiling) are left out.
 queue=(unit)
+picked=0
 for a in "$@"; do
-	case $a in PROVE_TESTS=*) queue=(); say "unit tests left out: PROVE_TESTS picks the TAP files" ;; esac
+	case $a in PROVE_TESTS=*) queue=(); picked=1; say "unit tests and main job left out: PROVE_TESTS picks the TAP files" ;; esac
 done
 [[ " ${version_list[*]} " == *" 15 "* && " ${modes[*]} " == *" wal "* ]] && queue+=(15-wal)
 for v in "${version_list[@]}"; do
@@ -414,7 +499,7 @@ report() {
 		failed+=("$j")
 		say "$j FAILED (exit $rc) after ${job_secs[$j]}s; log: test-logs/$j.log, test-logs/$j/:"
 	fi
-	grep -E '^\[[0-9:]{8}\] t/|^\[  (PASSED|FAILED)  \]|^(not )?ok |^test [a-z_]+ +\.\.\. |^Files=|^Result:|^All [0-9]+ tests|^run-tests: ===|^test-debian' "$log" |
+	grep -E '^\[[0-9:]{8}\] t/|^\[  (PASSED|FAILED)  \]|^(not )?ok |^test [a-z_]+ +\.\.\. |^Files=|^Result:|^All [0-9]+ tests|^run-tests: ===|^RESULT: |^soak: |^test-debian' "$log" |
 		sed 's/^/    /' >&2 || true
 	if [ "$rc" -ne 0 ]; then
 		echo "    --- last 60 lines of test-logs/$j.log ---" >&2
