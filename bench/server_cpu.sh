@@ -13,7 +13,11 @@
 # has applied the WAL (ptrack_status(), which never waits or walks); then a
 # fast stop.  The CPU of a run is user + system of that whole server.
 # Reported: each run, the medians, and the overhead median(wal) /
-# median(off) - 1 and the median of the per-round ratios.
+# median(off) - 1 and the median of the per-round ratios; also the WAL
+# follower's own CPU in each wal run (/proc/<pid>/schedstat, read once it
+# has applied the job's WAL) as a share of that run's server CPU: the part of
+# the difference that is the follower's, which a loaded machine's noise in
+# the two totals does not hide.
 #
 # Usage: bench/server_cpu.sh --prefix DIR [options]
 #   --rounds N          rounds of two runs (default 4)
@@ -61,9 +65,10 @@ shared_buffers = $shared_buffers
 max_wal_size = 4GB
 EOF
 
-# run_once MODE: one run of the job (MODE off or wal); prints the server's CPU seconds.
+# run_once MODE: one run of the job (MODE off or wal); prints the server's CPU
+# seconds and the follower's (0 without ptrack).
 run_once() {
-    local mode=$1 dd=$work/data-$1 out=$work/time-$1 lsn i
+    local mode=$1 dd=$work/data-$1 out=$work/time-$1 lsn i follower_ns=0 follower
     rm -rf "$dd"
     cp -a "$work/pristine" "$dd"
     if [ "$mode" = wal ]; then
@@ -91,11 +96,13 @@ run_once() {
             [ "$i" = 600 ] && die "the follower did not reach $lsn in 120 s"
             sleep 0.2
         done
+        follower=$(psql_q "SELECT follower_pid FROM ptrack_status()")
+        follower_ns=$(process_cpu_ns "$follower")
     fi
     as_pg "$bin/pg_ctl" -D "$dd" -w -m fast stop >/dev/null
     running_dd=''
     wait
-    awk '{ printf "%.2f\n", $1 + $2 }' "$out"
+    awk -v f="$follower_ns" '{ printf "%.2f %.3f\n", $1 + $2, f / 1e9 }' "$out"
 }
 
 report_header "whole-server CPU (postmaster and children, rusage) of a bulk-load job, with and without WAL capture"
@@ -105,12 +112,13 @@ echo "job:        pgbench -i -s $scale, then $transactions tpcb-like transaction
 : >"$work/results.txt"
 for r in $(seq 1 "$rounds"); do
     if [ $((r % 2)) = 1 ]; then order="off wal"; else order="wal off"; fi
-    declare -A cpu=()
+    declare -A cpu=() fcpu=()
     for m in $order; do
-        cpu[$m]=$(run_once "$m")
+        read -r cpu[$m] fcpu[$m] < <(run_once "$m")
     done
-    echo "round $r:    off ${cpu[off]} s, wal ${cpu[wal]} s (order: $order; load $(cut -d' ' -f1 /proc/loadavg))"
-    echo "${cpu[off]} ${cpu[wal]}" >>"$work/results.txt"
+    echo "round $r:    off ${cpu[off]} s, wal ${cpu[wal]} s, of which the follower ${fcpu[wal]} s" \
+         "($(awk -v f="${fcpu[wal]}" -v t="${cpu[wal]}" 'BEGIN { printf "%.1f%%", 100 * f / t }')) (order: $order; load $(cut -d' ' -f1 /proc/loadavg))"
+    echo "${cpu[off]} ${cpu[wal]} ${fcpu[wal]}" >>"$work/results.txt"
 done
 med() { sort -g | awk '{ v[NR] = $1 } END { printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 off_med=$(cut -d' ' -f1 "$work/results.txt" | med)
@@ -118,6 +126,8 @@ wal_med=$(cut -d' ' -f2 "$work/results.txt" | med)
 ratio_med=$(awk '{ printf "%.4f\n", $2 / $1 }' "$work/results.txt" | med)
 echo "result:     whole-server CPU, median of $rounds: off $off_med s, wal $wal_med s:" \
      "$(awk -v a="$off_med" -v b="$wal_med" 'BEGIN { printf "%+.1f%%", (b / a - 1) * 100 }') (median of the round ratios $ratio_med;" \
-     "range $(awk '{ printf "%.3f\n", $2 / $1 }' "$work/results.txt" | sort -g | sed -n '1p;$p' | tr '\n' ' ' | sed 's/ $//; s/ /-/')); load at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+     "range $(awk '{ printf "%.3f\n", $2 / $1 }' "$work/results.txt" | sort -g | sed -n '1p;$p' | tr '\n' ' ' | sed 's/ $//; s/ /-/'));" \
+     "the follower's own CPU: median $(awk '{ printf "%.4f\n", $3 / $2 }' "$work/results.txt" | med | awk '{ printf "%.1f%%", $1 * 100 }') of the wal runs' server CPU" \
+     "(range $(awk '{ printf "%.1f\n", 100 * $3 / $2 }' "$work/results.txt" | sort -g | sed -n '1p;$p' | tr '\n' ' ' | sed 's/ $//; s/ /-/')%); load at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 warn_if_reinstalled
 echo "tree:       $(tree_rev)"
