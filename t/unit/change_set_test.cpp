@@ -263,10 +263,11 @@ TEST(ChangeSet, CutSoonFollowsContainersGrowing)
      */
     ChangeSet set(ChangeSet::kMinBudget);
     bool cut_soon = false;
+    constexpr uint32_t kPerChunk = kSparseMaxBlocks + 64; /* every chunk ends as a bitmap */
     for (uint32_t i = 0; i < 4000000 && !cut_soon; ++i) {
-        const RelFork r{1663, 5, 16384 + (i / kChunkBlocks) % 3, kMainFork};
-        const uint32_t chunk = i / (3 * kChunkBlocks) * 3 + (i / kChunkBlocks) % 3;
-        const BlockNumber b = chunk * kChunkBlocks + ((i * 40503u) & (kChunkBlocks - 1));
+        const uint32_t n = i / kPerChunk;
+        const RelFork r{1663, 5, 16384 + n % 3, kMainFork};
+        const BlockNumber b = n / 3 * kChunkBlocks + (((i % kPerChunk) * 40503u) & (kChunkBlocks - 1));
         const size_t used = set.used_bytes();
         const AddResult result = set.add_block(r, b);
         ASSERT_NE(result, AddResult::kRefused) << "refused without a kCutSoon before, add " << i;
