@@ -34,10 +34,10 @@ endif
 
 MODULE_big = ptrack
 EXTENSION = ptrack
-DATA = ptrack--2.0.sql ptrack--2.0--2.1.sql ptrack--2.1--2.2.sql ptrack--2.2--2.3.sql
+DATA = ptrack--2.0.sql ptrack--2.0--2.1.sql ptrack--2.1--2.2.sql ptrack--2.2--2.3.sql ptrack--2.3--2.4.sql
 PGFILEDESC = "ptrack - block-level change tracking"
 
-# src/pg is layered by folder (docs/design.md section 6): ptrack.cpp, the
+# src/pg is layered by folder (docs/design.md section 7.1): ptrack.cpp, the
 # entry point, on top; sql/, capture/{hooks,wal}/, capture/, persist/ and
 # core/ beneath it.  Its files include each other by their path
 # under src/pg ("core/shared_state.h").
@@ -70,7 +70,7 @@ ifdef COPT
 PG_CXXFLAGS += $(COPT)
 endif
 
-REGRESS = ptrack_api ptrack_update ptrack_relocate ptrack_errors ptrack_status
+REGRESS = ptrack_api ptrack_update ptrack_relocate ptrack_errors ptrack_status ptrack_schema
 REGRESS_OPTS = --temp-instance=$(CURDIR)/tmp_check_regress --temp-config=$(CURDIR)/t/regress.conf
 TAP_TESTS = 1
 
@@ -137,7 +137,7 @@ ifneq ($(filter pg-prefix,$(MAKECMDGOALS)),pg-prefix)
 all: check-no-throw check-layers
 endif
 
-# Every include and every call runs downward (docs/design.md section 6):
+# Every include and every call runs downward (docs/design.md section 7.1):
 # scripts/check-layers.pl fails on a cycle among files or folders, in the
 # includes and, from the objects just linked, in the calls.
 check-layers: $(shlib)

@@ -15,8 +15,9 @@
 # then, per answer source, C calls of each function, timed by psql
 # (\timing, wall ms) in one session, and the follower's CPU over the C calls
 # (/proc/PID/stat).  The answer sources are the values of the developer GUC
-# ptrack.wal_answer_source (summaries: from the summary files; map: from
-# the shared map); a source the build does not know is skipped.  Medians.
+# ptrack.wal_answer_source of earlier builds (summaries: from the summary
+# files; map: from the shared map); this build answers from the summaries
+# only ("default"), and a source the build does not know is skipped.  Medians.
 # Per answer source, each value of --watch: the developer GUC
 # ptrack.wal_file_watch (off: every call walks every relation file; on: the
 # follower's inotify watch, a call stat()s only the files changed since the
@@ -28,7 +29,8 @@
 #   --relations LIST  table counts, comma-separated (default 5000,25000:
 #                     about 20,000 and 100,000 files)
 #   --calls N         calls of each function per source (default 7)
-#   --sources LIST    answer sources (default summaries,map; "default": no SET)
+#   --sources LIST    answer sources (default "default": no SET; earlier
+#                     builds: summaries,map)
 #   --watch LIST      values of ptrack.wal_file_watch (default "default": not
 #                     set; e.g. off,on; a build without the GUC: skipped)
 #   --port N          port of the server's socket (default 56109)
@@ -43,7 +45,7 @@ export LC_ALL=C
 cmdline="$0 $*"
 relations=5000,25000
 calls=7
-sources=summaries,map
+sources=default
 watches=default
 port=56109
 keep=0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 #
 # size_walk_cost.sh -- what the hooks source's size walk adds to a
-# checkpoint (docs/design.md section 4.8).
+# checkpoint (docs/design.md section 3.7).
 #
 # Before each map save the checkpointer stat()s every relation segment file
 # of the cluster and writes ptrack.sizes.new (24 bytes a file); the cost

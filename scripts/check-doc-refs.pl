@@ -14,9 +14,13 @@
 #   functions  every `name()` in README.md and docs/*.md (a backquoted name
 #              followed by parentheses, Class::name() included) must be
 #              defined or called in the sources: `name(` occurs in src/,
-#              include/, t/, scripts/ or the SQL scripts; and "`name()` in"
-#              followed by a source file's path must name the file that
-#              defines it (a line starting at column 0 with `name(`).
+#              include/, t/, scripts/ or the SQL scripts.
+#   places     a function placed in a source file must be there: "`name()`
+#              in path" and "`path` (`name()`, `other()`...)" (the phrasing
+#              of the flows in docs/design.md; the path may go without its
+#              backquotes) name a file that defines each function (a .cpp: a
+#              line starting at column 0 with `name(`) or, for a header,
+#              declares or defines it (`name(` outside its comments).
 #
 # Names of PostgreSQL, pg_probackup and the C library that the documents cite
 # are listed below (KNOWN_FILES, KNOWN_FUNCTIONS); keep those lists short and
@@ -116,6 +120,32 @@ for my $path (@documents, @sources) {
 	}
 }
 
+# A function placed in a file: a source file must define it (a line starting
+# at column 0 with `name(`), a header declare or define it (`name(` outside
+# its comments).  A path that names no file, or several, is left to the file
+# check above.
+my %code_of;
+sub code_without_comments {
+	my ($file) = @_;
+	return $code_of{$file} //= do {
+		my $text = slurp($file);
+		$text =~ s{/\*.*?\*/}{ }gs;
+		$text =~ s{//[^\n]*}{}g;
+		$text;
+	};
+}
+
+sub check_place {
+	my ($doc, $line_no, $name, $file) = @_;
+	my @matches = grep { $_ eq $file || m{/\Q$file\E$} } @tracked;
+	return unless @matches == 1;
+	my $code = code_without_comments($matches[0]);
+	my $found = $file =~ /\.h$/ ? $code =~ /\b\Q$name\E\s*\(/ : $code =~ /^[A-Za-z_].*\b\Q$name\E\s*\(/m;
+	push @problems, "$doc:$line_no: places $name() in $file, which does not "
+		. ($file =~ /\.h$/ ? "declare or define" : "define") . " it"
+		unless $found;
+}
+
 # ---- functions -----------------------------------------------------------------
 
 my $code = join("\n", map { slurp($_) } grep {
@@ -134,13 +164,22 @@ for my $path (grep { m{^(README\.md|docs/.*\.md)$} } @tracked) {
 			push @problems, "$path:$line_no: names $name(), which the sources neither define nor call"
 				unless $seen_in_code{$name};
 		}
-		# "`name()` in" a path: that file must define it.
-		while ($line =~ m{`(?:[A-Za-z_][A-Za-z0-9_]*::)*([A-Za-z_][A-Za-z0-9_]*)\(\)` in `?([A-Za-z0-9_./]+\.(?:cpp|h))}g) {
-			my ($name, $file) = ($1, $2);
-			my @matches = grep { $_ eq $file || m{/\Q$file\E$} } @tracked;
-			next unless @matches == 1;
-			push @problems, "$path:$line_no: places $name() in $file, which does not define it"
-				unless slurp($matches[0]) =~ /^[A-Za-z].*\b\Q$name\E\s*\(/m;
+	}
+}
+
+# Places, over the whole text of each document (a phrase may run over a line
+# break): "`name()` in path", "`path` (`name()`, `other()`...)".
+my $FN = qr{`(?:[A-Za-z_][A-Za-z0-9_]*::)*([A-Za-z_][A-Za-z0-9_]*)\(\)`};
+for my $path (grep { m{^(README\.md|docs/.*\.md)$} } @tracked) {
+	my $text = slurp($path);
+	my $line_of = sub { 1 + (substr($text, 0, $_[0]) =~ tr/\n//) };
+	while ($text =~ m{$FN\s+in\s+`?([A-Za-z0-9_./]+\.(?:cpp|h))}g) {
+		check_place($path, $line_of->($-[0]), $1, $2);
+	}
+	while ($text =~ m{(?<![A-Za-z0-9_./])`?([A-Za-z0-9_./]+\.(?:cpp|h))`?\s+\(((?:$FN(?:,\s+)?)+)}g) {
+		my ($file, $list, $at) = ($1, $2, $-[0]);
+		while ($list =~ /$FN/g) {
+			check_place($path, $line_of->($at), $1, $file);
 		}
 	}
 }

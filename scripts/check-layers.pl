@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # check-layers.pl -- fails when the code's dependencies run in a circle.
 #
-# The tree is layered (docs/design.md section 6): src/pg/ptrack.cpp on top,
+# The tree is layered (docs/design.md section 7.1): src/pg/ptrack.cpp on top,
 # then the folders of src/pg, then the engine (src/engine, include/ptrack).
 # Every include and every call must run downward: a cycle means two files
 # (or two folders) can only be understood together, and the layering the

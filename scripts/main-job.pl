@@ -430,9 +430,11 @@ EOS
 		  . 'cheap here; on a cluster larger than RAM it reads the whole cluster from disk)');
 	if ($pgpro)
 	{
+		# wal capture keeps its files in pg_wal/ptrack, which pg_probackup does not copy.
 		say_tty(sprintf('(of the FULL backup, %s is ptrack.map, which pg_probackup cannot '
-			  . 'leave out; each --stream backup also waits for the WAL streamer to '
-			  . 'pass its stop LSN, up to 10 s on an idle server)', mb($full{ptrack_bytes})));
+			  . 'leave out)', mb($full{ptrack_bytes}))) if $full{ptrack_bytes} > 0;
+		say_tty('(each --stream backup waits for the WAL streamer to pass its stop LSN, '
+			  . 'up to 10 s on an idle server)');
 	}
 	say_tty(sprintf('%-30s restore + recovery %.1f s; verification %.1f s',
 		'restore:', $restore_s, $verify_s));

@@ -44,12 +44,13 @@
 #
 # Usage: scripts/run-tests.sh [--pg-version 15|17|18|all] [--mode hooks|wal|both]
 #            [--full | --core] [--jobs N] [--package] [--no-pg-probackup]
-#            [make args, e.g. PROVE_TESTS='t/001_page_lsn_oracle.pl']
+#            [--soak-minutes M] [make args, e.g. PROVE_TESTS='t/001_page_lsn_oracle.pl']
 #   --pg-version  one version, or all (default)
 #   --full        the whole suite on every version (17 included)
 #   --core        only the core set, on every version
 #   --jobs N      suites running at the same time (default 2, PTRACK_TEST_JOBS)
 #   --no-pg-probackup  skip the pg_probackup chains and build no pg_probackup
+#   --soak-minutes M   a soak of M minutes per version and mode after its suite
 #
 # Servers: built into the cache by scripts/build-postgres.sh unless given;
 # each run copies them into its work directory and installs ptrack there
@@ -73,6 +74,10 @@
 # PTRACK_REQUIRE_PG_PROBACKUP=1 that is a failure instead, and the tests
 # fail rather than skip.  --no-pg-probackup skips them on purpose (a
 # developer's quick round).
+#
+# The soak (scripts/soak.sh): after each suite and its main job, a short
+# randomized run of --soak-minutes M (default 0: none; CI's .ci/run gives
+# some) with a fresh seed per run, printed (PTRACK_SOAK_SEED fixes it).
 set -euo pipefail
 # Job control: every background job (the server builds, each suite) gets its
 # own process group, so that an interrupted run stops all of it.
@@ -107,14 +112,16 @@ set_choice=auto
 jobs=${PTRACK_TEST_JOBS:-2}
 package=${PTRACK_TEST_PACKAGE:-0}
 pg_probackup_wanted=1
+soak_minutes=${PTRACK_SOAK_MINUTES:-0}
 while [ $# -gt 0 ]; do
 	case $1 in
-		--pg-version|--mode|--jobs)
+		--pg-version|--mode|--jobs|--soak-minutes)
 			[ $# -ge 2 ] || { echo "run-tests: $1 needs a value" >&2; exit 2; }
 			case $1 in
 				--pg-version) versions=$2 ;;
 				--mode) mode=$2 ;;
 				--jobs) jobs=$2 ;;
+				--soak-minutes) soak_minutes=$2 ;;
 			esac
 			shift 2 ;;
 		--no-pg-probackup) pg_probackup_wanted=0; shift ;;
@@ -133,6 +140,7 @@ case $versions in
 	*) echo "run-tests: --pg-version must be 15, 17, 18 or all" >&2; exit 2 ;;
 esac
 case $jobs in ''|*[!0-9]*|0) echo "run-tests: --jobs must be a positive number" >&2; exit 2 ;; esac
+case $soak_minutes in ''|*[!0-9]*) echo "run-tests: --soak-minutes must be a whole number of minutes (0: no soak)" >&2; exit 2 ;; esac
 modes=(hooks wal)
 [ "$mode" = both ] || modes=("$mode")
 
@@ -282,32 +290,12 @@ unit_tests() {
 # --- ptrack built and installed once per server ------------------------------
 
 # private_server TAG PG_CONFIG: copies the server of PG_CONFIG into
-# $work/server-TAG, keeping its layout under that root (its install
-# directories, the headers and the shared files), and prints the copy's
-# pg_config.  PostgreSQL's installations are relocatable (pg_config and
-# postgres find their directories relative to their own binary), so the copy
-# runs as the original does; ptrack is installed into the copy only, and a
-# run never shares a ptrack.so with another work tree's run on the same
-# machine, nor leaves one behind in the cache or in Debian's server.
+# $work/server-TAG (scripts/private-server.sh) and prints the copy's
+# pg_config: ptrack is installed into the copy only, and a run never shares
+# a ptrack.so with another work tree's run on the same machine, nor leaves
+# one behind in the cache or in Debian's server.
 private_server() {
-	local tag=$1 pg_config=$2 root=$work/server-$1 d done=() c skip
-	mkdir -p "$root"
-	for d in "$(dirname "$("$pg_config" --bindir)")" "$("$pg_config" --sharedir)" "$("$pg_config" --includedir)"; do
-		skip=0
-		for c in "${done[@]}"; do
-			case $d/ in "$c"/*) skip=1 ;; esac
-		done
-		[ "$skip" = 1 ] && continue
-		mkdir -p "$root$(dirname "$d")"
-		cp -a "$d" "$root$d"
-		done+=("$d")
-	done
-	local copy=$root$("$pg_config" --bindir)/pg_config
-	[ "$("$copy" --pkglibdir)" = "$root$("$pg_config" --pkglibdir)" ] || {
-		echo "run-tests: the copy of $pg_config in $root does not relocate (its pkglibdir is $("$copy" --pkglibdir))" >&2
-		return 1
-	}
-	echo "$copy"
+	scripts/private-server.sh "$2" "$work/server-$1"
 }
 
 # prepare TAG PG_CONFIG: copies the server (private_server), builds ptrack
@@ -419,12 +407,18 @@ suite() {
 		[ -e "$tree/$f" ] && cp -a "$tree/$f" "$logs/" || true
 	done
 	rm -rf "$tree"
-	# The main job: a developer's round that picks its TAP
+	# The main job and the soak: a developer's round that picks its TAP
 	# files (PROVE_TESTS=...) leaves them out.
 	if [ "$status" -eq 0 ] && [ "$picked" = 0 ]; then
 		echo "run-tests: === main job (scripts/main-job.sh), PostgreSQL $v, $m capture ==="
 		scripts/main-job.sh --pg-config "$pg_config" --capture "$m" --installed \
 			${pgpro:+--pg-probackup "$pgpro"} || status=$?
+	fi
+	if [ "$status" -eq 0 ] && [ "$picked" = 0 ] && [ "$soak_minutes" -gt 0 ]; then
+		local seed=${PTRACK_SOAK_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+		echo "run-tests: === soak (scripts/soak.sh), PostgreSQL $v, $m capture, $soak_minutes minutes, seed $seed ==="
+		scripts/soak.sh --pg-version "$v" --capture "$m" --minutes "$soak_minutes" --seed "$seed" \
+			--pg-config "$pg_config" --installed ${pgpro:+--pg-probackup "$pgpro"} || status=$?
 	fi
 	if [ "$status" -eq 0 ] && [ "$v" = 15 ] && [ "$m" = hooks ]; then
 		# A cluster made by Debian's pg_createcluster must start unchanged on
@@ -460,7 +454,7 @@ package_test() {
 queue=(unit)
 picked=0
 for a in "$@"; do
-	case $a in PROVE_TESTS=*) queue=(); picked=1; say "unit tests and main job left out: PROVE_TESTS picks the TAP files" ;; esac
+	case $a in PROVE_TESTS=*) queue=(); picked=1; say "unit tests, main job and soak left out: PROVE_TESTS picks the TAP files" ;; esac
 done
 [[ " ${version_list[*]} " == *" 15 "* && " ${modes[*]} " == *" wal "* ]] && queue+=(15-wal)
 for v in "${version_list[@]}"; do

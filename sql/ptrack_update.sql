@@ -29,6 +29,12 @@ SELECT has_table_privilege('ptrack_update_monitor', 'ptrack_status', 'SELECT') A
        has_table_privilege('public', 'ptrack_status', 'SELECT') AS public_can_select;
 SELECT obj_description('ptrack_get_pagemapset(pg_lsn)'::regprocedure, 'pg_proc') LIKE 'start_lsn pg_lsn: %' AS documented;
 
+-- 2.3 -> 2.4 checks the schema once more (the functions check it at every call from now on)
+ALTER EXTENSION ptrack UPDATE TO '2.4';
+SELECT extversion, ptrack_version() FROM pg_extension WHERE extname = 'ptrack';
+SELECT count(*) AS transient_check_function FROM pg_proc WHERE proname = 'ptrack_check_schema';
+SELECT obj_description('ptrack_init_lsn()'::regprocedure, 'pg_proc') LIKE '%Refuses to answer while roles%' AS documented;
+
 -- a plain CREATE EXTENSION installs the default version through the update path
 DROP EXTENSION ptrack;
 CREATE EXTENSION ptrack;

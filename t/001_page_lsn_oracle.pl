@@ -102,13 +102,11 @@ sub check_rows
 
 	# FSM forks are never WAL-logged: every block of every FSM file is listed,
 	# always; with wal capture answering from its summaries, every FSM file of
-	# a relation whose main fork is listed (docs/design.md section 9.2: no walk
+	# a relation whose main fork is listed (docs/design.md section 4.8: no walk
 	# of the whole data directory).  (Bits past the end are the business of
 	# the check above.)
-	my $from_summaries = $node->safe_psql('postgres',
-		"SELECT current_setting('ptrack.capture') = 'wal' AND (current_setting('ptrack.wal_answer_source') = 'summaries' "
-		  . "OR NOT current_setting('ptrack.wal_legacy_map')::bool)"
-	) eq 't';
+	my $from_summaries =
+	  $node->safe_psql('postgres', "SELECT current_setting('ptrack.capture') = 'wal'") eq 't';
 	my %main_listed;
 	foreach my $path (keys %$map)
 	{
@@ -229,27 +227,12 @@ no_misses_ok($node, $L, 'L = ptrack_init_lsn() again after the second run: nothi
 	baseline => $baseline);
 
 # With wal capture the answers above came from the exact summaries
-# (docs/design.md section 9); the follower marks no map (it keeps only its
-# resume point, in a few KB), so the developer setting
-# ptrack.wal_answer_source = map is accepted but ignored (it answers from a
-# map only with ptrack.wal_legacy_map = on): the summaries still answer, the
-# same oracle holds for both start LSNs, and no map fill is shown.
+# (docs/design.md section 4.6); the follower marks no map (it keeps only its
+# resume point, in a few KB), and no map fill is shown.
 if (capture_mode() eq 'wal')
 {
-	$node->safe_psql('postgres', "ALTER SYSTEM SET ptrack.wal_answer_source = 'map'");
-	$node->reload;
-	$node->poll_query_until('postgres', "SELECT current_setting('ptrack.wal_answer_source') = 'map'")
-	  or die 'ptrack.wal_answer_source did not become map';
 	is($node->safe_psql('postgres', 'SELECT map_fill IS NULL AND map_size < 16384 FROM ptrack_status()'), 't',
 		'wal capture: the map is a few KB and holds no marks');
-	foreach my $case ([ $L, $baseline, 'L = ptrack_init_lsn()' ], [ $L2, $baseline2, 'L2' ])
-	{
-		my ($lsn, $base, $name) = @$case;
-		my $s = no_misses_ok($node, $lsn, "wal_answer_source = map (ignored), $name = $lsn: nothing missed",
-			forks => [ 'main', 'vm', 'init' ],
-			baseline => $base);
-		check_rows($s->{pagemapset}, "wal_answer_source = map (ignored), $name");
-	}
 }
 
 $node->stop;

@@ -1,7 +1,7 @@
 # Copyright (c) the ptrack authors
 #
 # 010_restart_crash.pl -- the map survives restarts and crashes (docs/design.md
-# section 4): after a clean restart, after immediate stops in the middle of a
+# section 5): after a clean restart, after immediate stops in the middle of a
 # pgbench run, and after a server that died while it wrote the map file, the
 # stored map is trusted (same ptrack_init_lsn()) and still lists every block
 # changed since an L taken before the restart or crash.
@@ -52,8 +52,10 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node map_header delta_batches log_position log_since not_trusted_re init_lsn);
+use PtrackCluster
+  qw(capture_mode ptrack_node ptrack_file ptrack_path map_header delta_batches log_position log_since not_trusted_re init_lsn);
 use PtrackOracle qw(block_counts lsn_to_int missed_blocks pagemapset show_misses);
+use PtrackUnits qw(BLCKSZ);
 
 my $node = ptrack_node(
 	'restart_crash',
@@ -64,6 +66,8 @@ checkpoint_timeout = 1h
 });
 $node->start;
 my $pgdata = $node->data_dir;
+# ptrack's files as the server names them (the data directory, or pg_wal/ptrack with wal capture), for the log.
+my ($map_re, $delta_re, $tmp_re) = map { quotemeta(ptrack_path($_)) } qw(ptrack.map ptrack.map.delta ptrack.map.tmp);
 
 $node->safe_psql('postgres', 'CREATE EXTENSION ptrack');
 $node->command_ok([ 'pgbench', '-i', '-q', '-s', '3', 'postgres' ], 'pgbench -i -s 3');
@@ -82,11 +86,11 @@ sub zero_page
 {
 	my ($path, $block) = @_;
 	open(my $fh, '<:raw', "$pgdata/$path") or return 0;
-	seek($fh, $block * 8192, 0) or return 0;
+	seek($fh, $block * BLCKSZ, 0) or return 0;
 	my $page;
-	my $got = read($fh, $page, 8192);
+	my $got = read($fh, $page, BLCKSZ);
 	close $fh;
-	return defined $got && $got == 8192 && $page !~ /[^\0]/;
+	return defined $got && $got == BLCKSZ && $page !~ /[^\0]/;
 }
 
 # The oracle, on a quiet server after a CHECKPOINT.  $min is the least number
@@ -138,7 +142,7 @@ sub map_kept
 	my $log = log_since($node, $offset);
 	like(
 		$log,
-		qr/LOG:  ptrack loaded map file "ptrack\.map", ptrack_init_lsn\(\) is \Q$init0\E$/m,
+		qr/LOG:  ptrack loaded map file "$map_re", ptrack_init_lsn\(\) is \Q$init0\E$/m,
 		"$label: the map file was loaded");
 	unlike($log, not_trusted_re(undef), "$label: no map was rejected");
 	is(init_lsn($node), $init0, "$label: ptrack_init_lsn() is unchanged");
@@ -172,7 +176,7 @@ cmp_ok($listed_before, '>', 100, "before the restart, $listed_before blocks are 
 my $offset = log_position($node);
 $node->restart;
 my $restart_log = map_kept($offset, 'clean restart');
-like($restart_log, qr/LOG:  ptrack applied \d+ incremental flushes from "ptrack\.map\.delta"$/m,
+like($restart_log, qr/LOG:  ptrack applied \d+ incremental flushes from "$delta_re"$/m,
 	'clean restart: the incremental flushes were applied on top of ptrack.map');
 
 my $after = pagemapset($node, 'postgres', $L1);
@@ -254,8 +258,8 @@ $node->safe_psql('postgres',
 	"UPDATE pgbench_accounts SET abalance = abalance - 1 WHERE aid % 30 = 0");
 $node->stop;
 
-my $map_size = -s "$pgdata/ptrack.map";
-open(my $tmp, '>:raw', "$pgdata/ptrack.map.tmp") or die "ptrack.map.tmp: $!";
+my $map_size = -s ptrack_file($pgdata, 'ptrack.map');
+open(my $tmp, '>:raw', ptrack_file($pgdata, 'ptrack.map.tmp')) or die "ptrack.map.tmp: $!";
 # Half a map of garbage, like a flush cut short.
 print $tmp pack('C', int(rand(256))) x 4096 foreach 1 .. (int($map_size / 2 / 4096) || 1);
 close $tmp;
@@ -265,12 +269,12 @@ $node->start;
 my $log = map_kept($offset, 'leftover ptrack.map.tmp');
 like(
 	$log,
-	qr/LOG:  ptrack removed leftover temporary file "ptrack\.map\.tmp"$/m,
+	qr/LOG:  ptrack removed leftover temporary file "$tmp_re"$/m,
 	'leftover ptrack.map.tmp: its removal is logged');
 # With wal capture the follower may already be writing its next save, under
 # the same name: what must be gone is the planted file (its first page is one
 # byte repeated; a map's starts with its magic).
-ok(!planted_tmp_left("$pgdata/ptrack.map.tmp"),
+ok(!planted_tmp_left(ptrack_file($pgdata, 'ptrack.map.tmp')),
 	'leftover ptrack.map.tmp: the planted file is gone');
 oracle_passes($L3, $baseline3, 'leftover ptrack.map.tmp, L3', 100);
 oracle_passes($L2, $baseline2, 'leftover ptrack.map.tmp, L2', 1000, after_crash => 1);
@@ -301,9 +305,9 @@ my $base_id = map_header($pgdata)->{base_id};
 cmp_ok(scalar @batches, '>=', 2, 'torn delta: ptrack.map.delta holds ' . scalar(@batches) . ' batches');
 is(scalar(grep { $_->{base_id} == $base_id } @batches), scalar @batches,
 	'torn delta: every batch belongs to the current ptrack.map');
-is(-s "$pgdata/ptrack.map.delta", $batches[-1]{offset} + $batches[-1]{bytes},
+is(-s ptrack_file($pgdata, 'ptrack.map.delta'), $batches[-1]{offset} + $batches[-1]{bytes},
 	'torn delta: the batches fill the file');
-open(my $delta, '>>:raw', "$pgdata/ptrack.map.delta") or die "ptrack.map.delta: $!";
+open(my $delta, '>>:raw', ptrack_file($pgdata, 'ptrack.map.delta')) or die "ptrack.map.delta: $!";
 print $delta join('', map { chr(int(rand(256))) } 1 .. 1000);
 close $delta;
 
@@ -311,7 +315,7 @@ $offset = log_position($node);
 $node->start;
 $log = map_kept($offset, 'torn delta batch');
 my $applied = scalar @batches;
-like($log, qr/LOG:  ptrack applied \Q$applied\E incremental flushes from "ptrack\.map\.delta"$/m,
+like($log, qr/LOG:  ptrack applied \Q$applied\E incremental flushes from "$delta_re"$/m,
 	"torn delta batch: the $applied whole batches were applied");
 oracle_passes($L5, $baseline5, 'torn delta batch, L5', 100);
 oracle_passes($L2, $baseline2, 'torn delta batch, L2', 1000, after_crash => 1);
@@ -365,12 +369,12 @@ for my $attempt (1 .. 10)
 		'>', '/dev/null', '2>', '/dev/null');
 
 	# With WAL capture the map the follower saves is a few KB (it keeps only
-	# its resume point, docs/design.md section 9): the write takes
+	# its resume point, docs/design.md section 4.6): the write takes
 	# microseconds, too short to catch.  A ptrack.map.tmp planted now stands
 	# for the one it was writing, and the kill comes at once.
 	if ($saver ne 'checkpointer')
 	{
-		open(my $fh, '>:raw', "$pgdata/ptrack.map.tmp") or die "ptrack.map.tmp: $!";
+		open(my $fh, '>:raw', ptrack_file($pgdata, 'ptrack.map.tmp')) or die "ptrack.map.tmp: $!";
 		print $fh pack('C', 0x5a) x 4096;
 		close $fh;
 	}
@@ -379,7 +383,7 @@ for my $attempt (1 .. 10)
 	my $deadline = time() + 20;
 	while (time() < $deadline)
 	{
-		if (-e "$pgdata/ptrack.map.tmp")
+		if (-e ptrack_file($pgdata, 'ptrack.map.tmp'))
 		{
 			kill 'KILL', $checkpointer;
 			$seen = 1;
@@ -388,7 +392,7 @@ for my $attempt (1 .. 10)
 		# The checkpointer saves before CHECKPOINT returns; the follower after it.
 		last unless $psql->pumpable || $saver ne 'checkpointer';
 	}
-	my $left = -e "$pgdata/ptrack.map.tmp" ? 1 : 0;
+	my $left = -e ptrack_file($pgdata, 'ptrack.map.tmp') ? 1 : 0;
 	eval { $psql->finish; };
 	if (!$seen)
 	{
@@ -404,7 +408,7 @@ for my $attempt (1 .. 10)
 	my $crash_log = log_since($node, $offset);
 	note "attempt $attempt: ptrack.map.tmp "
 	  . ($left ? 'was still there' : 'was already renamed') . ' right after the kill';
-	if ($crash_log =~ /ptrack removed leftover temporary file "ptrack\.map\.tmp"/)
+	if ($crash_log =~ /ptrack removed leftover temporary file "$tmp_re"/)
 	{
 		$caught = 1;
 		last;
@@ -417,7 +421,7 @@ like($log, $saver_died,
 	"$saver killed: the postmaster saw it die");
 like(
 	$log,
-	qr/LOG:  ptrack loaded map file "ptrack\.map", ptrack_init_lsn\(\) is \Q$init0\E$/m,
+	qr/LOG:  ptrack loaded map file "$map_re", ptrack_init_lsn\(\) is \Q$init0\E$/m,
 	"$saver killed: the map file was loaded again");
 unlike($log, not_trusted_re(undef), "$saver killed: no map was rejected");
 is(init_lsn($node), $init0, "$saver killed: ptrack_init_lsn() is unchanged");
@@ -425,8 +429,8 @@ is(init_lsn($node), $init0, "$saver killed: ptrack_init_lsn() is unchanged");
 # capture the new follower saves soon after the restart): a live save renames
 # it within milliseconds, a leftover stays.
 my $tmp_deadline = time() + 10;
-usleep(50_000) while -e "$pgdata/ptrack.map.tmp" && time() < $tmp_deadline;
-ok(!-e "$pgdata/ptrack.map.tmp", "$saver killed: no ptrack.map.tmp is left");
+usleep(50_000) while -e ptrack_file($pgdata, 'ptrack.map.tmp') && time() < $tmp_deadline;
+ok(!-e ptrack_file($pgdata, 'ptrack.map.tmp'), "$saver killed: no ptrack.map.tmp is left");
 is($node->safe_psql('postgres', 'SELECT pg_backend_pid() <> 0'), 't',
 	"$saver killed: the server is up");
 oracle_passes($L4, $baseline4, "$saver killed, L4", 100, after_crash => 1);

@@ -1,13 +1,14 @@
 # Copyright (c) the ptrack authors
 #
 # 011_untrusted_map.pl -- a stored map that cannot be trusted is rejected
-# (docs/design.md section 4): one WARNING naming the reason, the file removed, a
+# (docs/design.md section 5.2): one WARNING naming the reason, the file removed, a
 # fresh map and a new ptrack_init_lsn(), so that a backup tool asking for
 # changes since an older LSN is told to take a full backup.
 #
 # For every case the test asserts:
 #   - exactly one WARNING 'ptrack map file "ptrack.map" is not trusted
-#     because <reason>' with the exact expected reason;
+#     because <reason>' with the exact expected reason (the file named where
+#     the source keeps it: pg_wal/ptrack/ptrack.map with wal capture);
 #   - after a clean stop, the rejected ptrack.map is gone right after the
 #     start (before any checkpoint could write a new one);
 #   - ptrack_init_lsn() is new and later than an L read before the stop
@@ -42,7 +43,11 @@
 #   5. pg_resetwal on a cleanly stopped cluster;
 #   6. a node restored from pg_basebackup, a streaming standby made from the
 #      same backup, and the old primary after pg_rewind against the promoted
-#      standby (all: backup_label present);
+#      standby (all: backup_label present); with wal capture the backup
+#      carries no ptrack file (its files are in pg_wal/ptrack), so the
+#      restored node and the standby start afresh without a rejection, and
+#      pg_rewind, which copies pg_wal's contents, brings the promoted
+#      standby's map, which is rejected;
 #   7. not a rejection: full_page_writes = off, immediate stop: trusted, the
 #      oracle passes (the WAL after the saved map is read again at startup);
 #      wal_level = minimal (hooks): clean restart trusted (with the WAL-
@@ -62,7 +67,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 use PtrackCluster
-  qw(capture_mode server_has_hooks ptrack_node map_header set_map_server_major server_major delta_batches log_position log_since not_trusted_re count_matches init_lsn
+  qw(capture_mode server_has_hooks ptrack_node ptrack_file ptrack_path ptrack_files_outside map_header set_map_server_major server_major delta_batches log_position log_since not_trusted_re count_matches init_lsn
   rewind_from);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok pagemapset show_misses);
 
@@ -76,7 +81,7 @@ my %reason = (
 	map_size => 'ptrack.map_size changed since it was written',
 	checksums => 'data checksums were enabled or disabled since it was written',
 	older => 'it is older than the latest checkpoint (a flush was missed, or the WAL was reset)',
-	map_deleted => 'it is missing while "ptrack.map.delta" exists (was it deleted?)',
+	map_deleted => 'it is missing while "' . ptrack_path('ptrack.map.delta') . '" exists (was it deleted?)',
 	backup_label =>
 	  'a backup_label file is present (the data directory was restored from a backup or rewound)',
 	minimal => 'the server crashed while wal_level was minimal, so the WAL cannot show what was lost',
@@ -103,17 +108,24 @@ CREATE INDEX ON work_$work_round (id);
 # were read.  Options:
 #   removed  the server stopped cleanly: ptrack.map must be gone at once
 #   writer   the node the workload runs on (a standby's primary)
+#   mode     the capture source the node runs now (default capture_mode():
+#            another after a change of ptrack.capture)
+#   fresh    there was no map to reject (wal capture keeps its files in
+#            pg_wal/ptrack, which a base backup does not copy): no WARNING,
+#            a fresh start, and the new ptrack_init_lsn() not before L
 sub check_rejected
 {
 	my ($node, $offset, $label, $reason, $L, $old_init, %opts) = @_;
 	my $pgdata = $node->data_dir;
+	my $mode = $opts{mode} // capture_mode();
 
 	if ($opts{removed})
 	{
 		# Gone, or already replaced by the fresh map's first save (the WAL
 		# follower saves a fresh map at once): a file carrying the new
-		# ptrack_init_lsn(), which the rejected one cannot.
-		my @left = grep { -e "$pgdata/$_" } ('ptrack.map', 'ptrack.map.delta');
+		# ptrack_init_lsn(), which the rejected one cannot.  The rejected
+		# map was written in the folder of capture_mode()'s source.
+		my @left = grep { -e ptrack_file($pgdata, $_) } ('ptrack.map', 'ptrack.map.delta');
 		my $now = map_header($pgdata);
 		my $init_now = init_lsn($node);
 		@left = ()
@@ -125,15 +137,27 @@ sub check_rejected
 	}
 
 	my $log = log_since($node, $offset);
-	is(count_matches($log, not_trusted_re(undef)), 1, "$label: exactly one map rejection logged");
-	like($log, not_trusted_re($reason), "$label: WARNING ... is not trusted because $reason");
-
 	my $new_init = init_lsn($node);
-	isnt($new_init, $old_init, "$label: ptrack_init_lsn() changed ($old_init -> $new_init)");
-	cmp_ok(lsn_to_int($new_init), '>', lsn_to_int($L),
-		"$label: the new ptrack_init_lsn() $new_init is later than L $L");
+	if ($opts{fresh})
+	{
+		is(count_matches($log, not_trusted_re(undef)), 0, "$label: no map was there to reject");
+		my $map = quotemeta(ptrack_path('ptrack.map', $mode));
+		like($log, qr/LOG:  ptrack map file "$map" not found: change tracking starts afresh/,
+			"$label: tracking starts afresh");
+		isnt($new_init, $old_init, "$label: ptrack_init_lsn() is the node's own ($old_init -> $new_init)");
+		cmp_ok(lsn_to_int($new_init), '>=', lsn_to_int($L),
+			"$label: the new ptrack_init_lsn() $new_init is not before L $L");
+	}
+	else
+	{
+		is(count_matches($log, not_trusted_re(undef)), 1, "$label: exactly one map rejection logged");
+		like($log, not_trusted_re($reason), "$label: WARNING ... is not trusted because $reason");
+		isnt($new_init, $old_init, "$label: ptrack_init_lsn() changed ($old_init -> $new_init)");
+		cmp_ok(lsn_to_int($new_init), '>', lsn_to_int($L),
+			"$label: the new ptrack_init_lsn() $new_init is later than L $L");
+	}
 
-	foreach my $fn ('ptrack_get_pagemapset', 'ptrack_get_change_stat')
+	foreach my $fn ($opts{fresh} ? () : ('ptrack_get_pagemapset', 'ptrack_get_change_stat'))
 	{
 		my ($ret, $out, $err) =
 		  $node->psql('postgres', "SELECT count(*) FROM $fn('$L')");
@@ -156,7 +180,7 @@ sub check_rejected
 		$node->safe_psql('postgres', 'CHECKPOINT');
 	}
 
-	my $header = map_header($pgdata);
+	my $header = map_header($pgdata, $mode);
 	ok($header && $header->{magic} eq 'PTRACKMP' && $header->{crc_ok},
 		"$label: a checkpoint wrote a valid ptrack.map")
 	  or diag explain($header // 'no ptrack.map');
@@ -192,7 +216,7 @@ ok($header && $header->{crc_ok}, 'ptrack.map exists and its header is valid')
 my $map_bytes = $header->{size};
 # Hooks: a map of ptrack.map_size.  wal: the follower marks no map, which
 # keeps only its resume point in the smallest geometry (docs/design.md
-# section 9): 1088 bytes whatever ptrack.map_size says.  The data follow a
+# section 4.6): 1088 bytes whatever ptrack.map_size says.  The data follow a
 # 512-byte header and the 4 KB-aligned chunk CRC table.
 my $wal = capture_mode() eq 'wal';
 my $region = $wal ? 1088 : 64 * 1024 * 1024;
@@ -212,21 +236,21 @@ is($data_offset, $wal ? 4096 : 8192, "the map's data start at $data_offset");
 # so the shutdown checkpoint appends a batch to ptrack.map.delta.)
 sub stopped_case
 {
-	my ($label, $reason, $mutate) = @_;
+	my ($label, $reason, $mutate, %opts) = @_;
 	my $old_init = init_lsn($node);
 	my $L = $node->lsn('insert');
 	$node->stop;
 	$mutate->();
 	my $offset = log_position($node);
 	$node->start;
-	check_rejected($node, $offset, $label, $reason, $L, $old_init, removed => 1);
+	check_rejected($node, $offset, $label, $reason, $L, $old_init, removed => 1, %opts);
 }
 
 # XORs $len bytes at $pos with 0xFF.
 sub flip_bytes
 {
 	my ($pos, $len) = @_;
-	my $file = "$pgdata/ptrack.map";
+	my $file = ptrack_file($pgdata, 'ptrack.map');
 	open(my $fh, '+<:raw', $file) or die "$file: $!";
 	seek($fh, $pos, 0) or die "seek: $!";
 	my $bytes;
@@ -239,7 +263,7 @@ sub flip_bytes
 sub set_size
 {
 	my ($size) = @_;
-	truncate("$pgdata/ptrack.map", $size) or die "truncate: $!";
+	truncate(ptrack_file($pgdata, 'ptrack.map'), $size) or die "truncate: $!";
 }
 
 # 4b. Damaged chunks: kept, made conservative.
@@ -258,7 +282,8 @@ sub damaged_chunk_case
 	my $offset = log_position($node);
 	$node->start;
 	my $log = log_since($node, $offset);
-	is(count_matches($log, qr/WARNING:  ptrack map file "ptrack\.map": 1 of \d+ chunks failed their checksum$/m),
+	my $map = quotemeta(ptrack_path('ptrack.map'));
+	is(count_matches($log, qr/WARNING:  ptrack map file "$map": 1 of \d+ chunks failed their checksum$/m),
 		1, "$label: one WARNING about one damaged chunk");
 	unlike($log, not_trusted_re(undef), "$label: the map is not rejected");
 	is(init_lsn($node), $init, "$label: ptrack_init_lsn() is unchanged");
@@ -295,7 +320,7 @@ stopped_case(
 	'bytes appended',
 	$reason{size},
 	sub {
-		open(my $fh, '>>:raw', "$pgdata/ptrack.map") or die $!;
+		open(my $fh, '>>:raw', ptrack_file($pgdata, 'ptrack.map')) or die $!;
 		print $fh "\0" x 8192;
 		close $fh;
 	});
@@ -303,7 +328,7 @@ stopped_case(
 	'garbage of the same size',
 	$reason{magic},
 	sub {
-		open(my $fh, '>:raw', "$pgdata/ptrack.map") or die $!;
+		open(my $fh, '>:raw', ptrack_file($pgdata, 'ptrack.map')) or die $!;
 		my $block = join('', map { chr(int(rand(256))) } 1 .. 4096);
 		print $fh $block x ($map_bytes / 4096);
 		close $fh;
@@ -319,7 +344,7 @@ ok($other_header && $other_header->{crc_ok} && $other_header->{size} == $map_byt
 	"the other cluster wrote a valid map of the same size ($map_bytes bytes)")
   or diag explain($other_header // 'no ptrack.map');
 stopped_case('map of another cluster', $reason{other},
-	sub { copy($other->data_dir . '/ptrack.map', "$pgdata/ptrack.map") or die "copy: $!" });
+	sub { copy(ptrack_file($other->data_dir, 'ptrack.map'), ptrack_file($pgdata, 'ptrack.map')) or die "copy: $!" });
 
 my $other_major = server_major() == 15 ? 18 : 15;
 is(map_header($pgdata)->{server_major}, server_major(), 'ptrack.map records the server\'s major version');
@@ -352,10 +377,21 @@ is($node->safe_psql('postgres', 'SHOW ptrack.map_size'), '32MB', 'ptrack.map_siz
 if (server_has_hooks())
 {
 	my ($mode, $other) = $wal ? ('wal', 'hooks') : ('hooks', 'wal');
+	# Each source keeps its files in its own folder (the data directory,
+	# pg_wal/ptrack): the one that starts judges and removes the other's.
+	my $gone = sub {
+		my ($label, $from) = @_;
+		my @left = grep { -e ptrack_file($pgdata, $_, $from) }
+		  qw(ptrack.map ptrack.map.delta ptrack.limits ptrack.sizes ptrack.sizes.new);
+		is("@left", '', "$label: the $from source's files are gone from "
+			  . ($from eq 'wal' ? 'pg_wal/ptrack' : 'the data directory'));
+	};
 	stopped_case("ptrack.capture $mode -> $other", $reason{"source_$mode"},
-		sub { $node->append_conf('postgresql.conf', "ptrack.capture = $other") });
+		sub { $node->append_conf('postgresql.conf', "ptrack.capture = $other") }, mode => $other);
+	$gone->("ptrack.capture $mode -> $other", $mode);
 	stopped_case("ptrack.capture $other -> $mode", $reason{"source_$other"},
 		sub { $node->append_conf('postgresql.conf', "ptrack.capture = $mode") });
+	$gone->("ptrack.capture $other -> $mode", $other);
 	is($node->safe_psql('postgres', 'SHOW ptrack.capture'), $mode, "ptrack.capture is $mode again");
 }
 
@@ -393,25 +429,25 @@ if (capture_mode() eq 'hooks')
 		$reason{older},
 		sub {
 			last_batch_is_latest('last delta batch cut short');
-			truncate("$pgdata/ptrack.map.delta", (-s "$pgdata/ptrack.map.delta") - 8) or die "truncate: $!";
+			truncate(ptrack_file($pgdata, 'ptrack.map.delta'), (-s ptrack_file($pgdata, 'ptrack.map.delta')) - 8) or die "truncate: $!";
 		});
 	like(PostgreSQL::Test::Utils::slurp_file($node->logfile),
-		qr/LOG:  ptrack ignored the last \d+ bytes of "ptrack\.map\.delta": they do not hold a valid flush/,
+		qr/LOG:  ptrack ignored the last \d+ bytes of "\Q${\ ptrack_path('ptrack.map.delta')}\E": they do not hold a valid flush/,
 		'last delta batch cut short: the log says the delta\'s tail was ignored, next to the refusal');
 	stopped_case(
 		'delta file removed',
 		$reason{older},
 		sub {
 			last_batch_is_latest('delta file removed');
-			unlink("$pgdata/ptrack.map.delta") or die "unlink: $!";
+			unlink(ptrack_file($pgdata, 'ptrack.map.delta')) or die "unlink: $!";
 		});
 }
 stopped_case(
 	'ptrack.map removed, its delta left',
 	$reason{map_deleted},
 	sub {
-		ok(-e "$pgdata/ptrack.map.delta", 'ptrack.map removed: ptrack.map.delta exists');
-		unlink("$pgdata/ptrack.map") or die "unlink: $!";
+		ok(-e ptrack_file($pgdata, 'ptrack.map.delta'), 'ptrack.map removed: ptrack.map.delta exists');
+		unlink(ptrack_file($pgdata, 'ptrack.map')) or die "unlink: $!";
 	});
 
 # ---------------------------------------------------------------------------
@@ -437,14 +473,28 @@ my $old_init = init_lsn($node);
 my $L = $node->lsn('insert');
 $node->backup('bk');
 my $bk_header = map_header($node->backup_dir . '/bk');
-ok($bk_header && $bk_header->{crc_ok}, 'pg_basebackup copied a valid ptrack.map')
-  or diag explain($bk_header // 'no ptrack.map');
+# Hooks: the map is in the data directory, and the backup copies it.  wal
+# capture keeps every file of its own in pg_wal/ptrack, whose contents
+# pg_basebackup does not copy: the backup carries none.
+if ($wal)
+{
+	ok(!$bk_header, 'pg_basebackup copied no ptrack.map');
+	is(join(' ', ptrack_files_outside($node->backup_dir . '/bk')), '',
+		'pg_basebackup copied no ptrack file from the data directory');
+	ok(!-e $node->backup_dir . '/bk/pg_wal/ptrack', 'pg_basebackup copied nothing of pg_wal/ptrack');
+}
+else
+{
+	ok($bk_header && $bk_header->{crc_ok}, 'pg_basebackup copied a valid ptrack.map')
+	  or diag explain($bk_header // 'no ptrack.map');
+}
 
 my $restored = PostgreSQL::Test::Cluster->new('restored');
 $restored->init_from_backup($node, 'bk');
 my $offset = log_position($restored);
 $restored->start;
-check_rejected($restored, $offset, 'restored from pg_basebackup', $reason{backup_label}, $L, $old_init);
+check_rejected($restored, $offset, 'restored from pg_basebackup', $reason{backup_label}, $L, $old_init,
+	fresh => $wal);
 $restored->stop;
 
 my $standby = PostgreSQL::Test::Cluster->new('standby');
@@ -453,7 +503,7 @@ $offset = log_position($standby);
 $standby->start;
 is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'), 't', 'the standby is in recovery');
 check_rejected($standby, $offset, 'standby from pg_basebackup', $reason{backup_label},
-	$L, $old_init, writer => $node);
+	$L, $old_init, writer => $node, fresh => $wal);
 
 # Promote the standby and make the old primary diverge.  L: the last LSN
 # both share (the start of a backup taken before the promotion).

@@ -1,7 +1,7 @@
 # Copyright (c) the ptrack authors
 #
 # 012_unpatched_utilities.pl -- ptrack's files never get in the way of the
-# stock utilities (docs/design.md section 4: the map file lives outside global/,
+# stock utilities (docs/design.md section 5.1: the map file lives outside global/,
 # base/ and pg_tblspc/).  On a cluster initialised with --data-checksums,
 # with ptrack on, a workload and several checkpoints (so ptrack.map, its
 # temporary file and ptrack.map.delta have been written many times):
@@ -28,7 +28,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(ptrack_node map_header rewind_from);
+use PtrackCluster qw(capture_mode ptrack_node ptrack_file ptrack_files_outside map_header rewind_from);
 
 my $node = ptrack_node(
 	'utilities',
@@ -58,9 +58,10 @@ CHECKPOINT;
 });
 
 my $header = map_header($pgdata);
-ok($header && $header->{crc_ok}, 'ptrack.map exists at the top of the data directory')
+# At the top of the data directory (hooks), or in pg_wal/ptrack (wal capture).
+ok($header && $header->{crc_ok}, 'ptrack.map exists where the capture source keeps it')
   or diag explain($header // 'no ptrack.map');
-ok(-e "$pgdata/ptrack.map.delta", 'ptrack.map.delta exists at the top of the data directory');
+ok(-e ptrack_file($pgdata, 'ptrack.map.delta'), 'ptrack.map.delta exists next to it');
 
 my @misplaced;
 find(
@@ -102,7 +103,16 @@ while ($backup->pumpable)
 }
 ok($backup->finish, "pg_basebackup succeeded ($checkpoints checkpoints during the backup)");
 is($stderr, '', 'pg_basebackup printed nothing on stderr (no checksum warning)');
-ok(map_header($backup_dir), 'the backup holds ptrack.map');
+if (capture_mode() eq 'wal')
+{
+	# pg_basebackup copies none of pg_wal's contents.
+	ok(!map_header($backup_dir), 'the backup holds no ptrack.map (wal capture keeps it in pg_wal/ptrack)');
+	is(join(' ', ptrack_files_outside($backup_dir)), '', 'the backup holds no ptrack file in the data directory');
+}
+else
+{
+	ok(map_header($backup_dir), 'the backup holds ptrack.map');
+}
 
 $node->command_ok([ 'pg_verifybackup', $backup_dir ], 'pg_verifybackup accepts the backup');
 
@@ -115,7 +125,7 @@ $pgbench->kill_kill;
 
 $node->safe_psql('postgres', 'CHECKPOINT');
 $node->stop;
-ok(-e "$pgdata/ptrack.map", 'the stopped cluster holds ptrack.map');
+ok(-e ptrack_file($pgdata, 'ptrack.map'), 'the stopped cluster holds ptrack.map');
 $node->command_checks_all(
 	[ 'pg_checksums', '--check', '-D', $pgdata ],
 	0,
@@ -186,7 +196,7 @@ $standby->stop;
 foreach my $n ($node, $standby)
 {
 	my $name = $n->name;
-	ok(-e $n->data_dir . '/ptrack.map', "$name holds ptrack.map");
+	ok(-e ptrack_file($n->data_dir, 'ptrack.map'), "$name holds ptrack.map");
 	$n->command_checks_all(
 		[ 'pg_checksums', '--check', '-D', $n->data_dir ],
 		0,

@@ -47,7 +47,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node map_header log_position log_since not_trusted_re init_lsn);
+use PtrackCluster
+  qw(capture_mode ptrack_node ptrack_file ptrack_path ptrack_files_outside map_header log_position log_since not_trusted_re init_lsn);
 use PtrackOracle qw(block_counts int_to_lsn lsn_to_int no_misses_ok);
 
 my $node = ptrack_node(
@@ -74,7 +75,7 @@ sub functions_refuse
 {
 	my ($label, $message, $db, $prefix) = @_;
 	$prefix //= '';
-	is($node->safe_psql($db, 'SELECT ptrack_version()'), '2.3', "$label: ptrack_version() works");
+	is($node->safe_psql($db, 'SELECT ptrack_version()'), '2.4', "$label: ptrack_version() works");
 	foreach my $f (@functions)
 	{
 		my ($name, $sql) = @$f;
@@ -119,7 +120,7 @@ sub oracle_passes
 # ---------------------------------------------------------------------------
 
 $node->stop;
-my %map_bytes = map { $_ => slurp_file("$pgdata/$_") } ('ptrack.map', 'ptrack.map.delta');
+my %map_bytes = map { $_ => slurp_file(ptrack_file($pgdata, $_)) } ('ptrack.map', 'ptrack.map.delta');
 foreach my $case (
 	[ "'64MBB'", qr/FATAL:  invalid value for parameter "ptrack.map_size": "64MBB"\n.*\n.*HINT:  Valid units/ ],
 	[ "''", qr/FATAL:  invalid value for parameter "ptrack.map_size": ""/ ],
@@ -136,16 +137,16 @@ foreach my $case (
 	unlike($startup, qr/ptrack removed file/, "map_size = $value: no map file is removed");
 	foreach my $file (sort keys %map_bytes)
 	{
-		ok(-e "$pgdata/$file" && slurp_file("$pgdata/$file") eq $map_bytes{$file},
-			"map_size = $value: $file is unchanged")
-		  or diag("$file: " . (-e "$pgdata/$file" ? (-s _) . ' bytes, was ' : 'gone, was ')
+		my $path = ptrack_file($pgdata, $file);
+		ok(-e $path && slurp_file($path) eq $map_bytes{$file}, "map_size = $value: $file is unchanged")
+		  or diag("$file: " . (-e $path ? (-s _) . ' bytes, was ' : 'gone, was ')
 			  . length($map_bytes{$file}) . ' bytes');
 	}
 }
 $node->append_conf('postgresql.conf', 'ptrack.map_size = 64MB');
 my $fixed_offset = log_position($node);
 $node->start;
-like(log_since($node, $fixed_offset), qr/LOG:  ptrack loaded map file "ptrack\.map"/,
+like(log_since($node, $fixed_offset), qr/LOG:  ptrack loaded map file "\Q${\ ptrack_path('ptrack.map')}\E"/,
 	'map_size fixed: the map kept through the failed starts is trusted');
 is(init_lsn($node), $init_before, 'map_size fixed: ptrack_init_lsn() is unchanged');
 # A full flush at this run's first checkpoint, so that the shutdown checkpoint appends a delta.
@@ -157,9 +158,9 @@ $node->stop;
 # A. ptrack.map_size = 0
 # ---------------------------------------------------------------------------
 
-ok(-e "$pgdata/ptrack.map" && -e "$pgdata/ptrack.map.delta",
+ok(-e ptrack_file($pgdata, 'ptrack.map') && -e ptrack_file($pgdata, 'ptrack.map.delta'),
 	'map_size = 0: ptrack.map and ptrack.map.delta exist from the earlier run');
-open(my $tmp, '>:raw', "$pgdata/ptrack.map.tmp") or die "ptrack.map.tmp: $!";
+open(my $tmp, '>:raw', ptrack_file($pgdata, 'ptrack.map.tmp')) or die "ptrack.map.tmp: $!";
 print $tmp "\x55" x 10000;
 close $tmp;
 
@@ -168,12 +169,12 @@ my $offset = log_position($node);
 $node->start;
 my $log = log_since($node, $offset);
 my @ptrack_files = ('ptrack.map', 'ptrack.map.delta', 'ptrack.map.tmp', 'ptrack.sizes');
-push @ptrack_files, 'ptrack.limits' if capture_mode() eq 'wal';
 foreach my $file (@ptrack_files)
 {
-	ok(!-e "$pgdata/$file", "map_size = 0: $file was removed at startup");
-	like($log, qr/LOG:  ptrack removed file "\Q$file\E"$/m, "map_size = 0: the removal of $file is logged");
+	ok(!-e ptrack_file($pgdata, $file), "map_size = 0: $file was removed at startup");
+	like($log, qr/LOG:  ptrack removed file "\Q${\ ptrack_path($file)}\E"$/m, "map_size = 0: the removal of $file is logged");
 }
+is(join(' ', ptrack_files_outside($pgdata)), '', 'map_size = 0: no ptrack file is left in the data directory');
 unlike($log, qr/WARNING/, 'map_size = 0: no WARNING at startup');
 if (capture_mode() eq 'wal')
 {
@@ -191,8 +192,8 @@ like($err, qr/HINT:  Set ptrack.map_size/, 'map_size = 0: the error hints at ptr
 $node->command_ok([ 'pgbench', '-n', '-c', '2', '-j', '2', '-T', '3', 'postgres' ],
 	'map_size = 0: pgbench runs');
 my $bk = backups_work('map_size = 0', 'off_backup');
-ok(!-e "$bk/ptrack.map", 'map_size = 0: the backup holds no ptrack.map');
-is(join(' ', grep { -e "$pgdata/$_" } ('ptrack.map', 'ptrack.map.delta', 'ptrack.map.tmp')), '',
+ok(!-e ptrack_file($bk, 'ptrack.map'), 'map_size = 0: the backup holds no ptrack.map');
+is(join(' ', grep { -e ptrack_file($pgdata, $_) } ('ptrack.map', 'ptrack.map.delta', 'ptrack.map.tmp')), '',
 	'map_size = 0: checkpoints write no map file');
 
 # Back on: a fresh start.
@@ -207,7 +208,7 @@ $node->append_conf('postgresql.conf', 'ptrack.map_size = 64MB');
 $offset = log_position($node);
 $node->start;
 $log = log_since($node, $offset);
-like($log, qr/LOG:  ptrack map file "ptrack\.map" not found: change tracking starts afresh/m,
+like($log, qr/LOG:  ptrack map file "\Q${\ ptrack_path('ptrack.map')}\E" not found: change tracking starts afresh/m,
 	'map_size back to 64MB: no map file, tracking starts afresh');
 if (capture_mode() eq 'hooks')
 {
@@ -282,7 +283,7 @@ is($ret, 0, 'not preloaded: CREATE EXTENSION works');
 like($err, qr/WARNING:  ptrack change tracking is off: ptrack is not in shared_preload_libraries\n.*\nHINT:  Add ptrack to shared_preload_libraries, set ptrack.map_size/,
 	'not preloaded: CREATE EXTENSION warns that tracking is off and says how to turn it on');
 is($node->safe_psql('db2', "SELECT extversion FROM pg_extension WHERE extname = 'ptrack'"),
-	'2.3', 'not preloaded: the extension is installed');
+	'2.4', 'not preloaded: the extension is installed');
 is($node->safe_psql('db2', 'SELECT capture, off_reason FROM ptrack_status'),
 	'off|ptrack is not in shared_preload_libraries', 'not preloaded: ptrack_status() says why tracking is off');
 functions_refuse('not preloaded, new database', $not_loaded, 'db2');
@@ -297,7 +298,7 @@ SELECT ptrack_init_lsn();
 SELECT count(*) FROM public.ptrack_get_pagemapset('0/1'::pg_lsn);
 SELECT 'still here';
 }, on_error_stop => 0);
-like($out, qr/^2\.3\nstill here$/, 'not preloaded: the session survives LOAD and the failed calls');
+like($out, qr/^2\.4\nstill here$/, 'not preloaded: the session survives LOAD and the failed calls');
 like($err, qr/ERROR:  \Q$not_loaded\E/, 'not preloaded: the calls after LOAD fail with the same error');
 is($node->safe_psql('postgres', 'SELECT 1'), '1', 'not preloaded: the server is up');
 

@@ -1,7 +1,7 @@
 # Copyright (c) the ptrack authors
 #
 # 015_crash_windows.pl -- a crash loses no mark, and does not force a full
-# backup, when the WAL proves what was lost (docs/design.md section 4.6).
+# backup, when the WAL proves what was lost (docs/design.md section 3.5).
 #
 # A saved map holds the marks made before the save; a crash loses those made
 # after it, and recovery marks only the pages it writes again.  Replay skips
@@ -21,7 +21,7 @@
 #   2. the map and its delta removed during the crash (a fresh map, hooks;
 #      the wal source starts at its slot): the WAL since the redo LSN does
 #      not name the zero pages relation extension added since, so tracking
-#      starts one byte past the end of the WAL (design.md 4.5): a
+#      starts one byte past the end of the WAL (design.md 3.8): a
 #      pagemapset from the redo LSN is refused with the "full backup" hint,
 #      and the oracle passes from the new ptrack_init_lsn();
 
@@ -35,7 +35,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node log_position log_since not_trusted_re init_lsn);
+use PtrackCluster qw(capture_mode ptrack_node ptrack_file log_position log_since not_trusted_re init_lsn);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok);
 
 my $mode = capture_mode();
@@ -90,7 +90,7 @@ if ($mode eq 'hooks')
 	$node->safe_psql('postgres', "CREATE TABLE fresh_t AS SELECT g AS id, repeat('x', 100) AS pad FROM generate_series(1, 20000) g");
 	$off = log_position($node);
 	$node->stop('immediate');
-	unlink($node->data_dir . "/$_") for qw(ptrack.map ptrack.map.delta);
+	unlink(ptrack_file($node->data_dir, $_)) for qw(ptrack.map ptrack.map.delta);
 	$node->start;
 	crashed_ok($node, $off, 'fresh map after a crash');
 	$log = log_since($node, $off);

@@ -2,7 +2,7 @@
 #
 # 016_bypass_writes.pl -- a write that bypasses shared buffers, held across a
 # checkpoint and followed by a crash, keeps its mark (docs/design.md
-# section 4.7).
+# section 3.6).
 #
 # A bulk writer (ALTER TABLE ... SET TABLESPACE, a btree CREATE INDEX)
 # WAL-logs a page with log_newpage() (15; from 17 on the bulk-write API,

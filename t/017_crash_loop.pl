@@ -1,7 +1,7 @@
 # Copyright (c) the ptrack authors
 #
 # 017_crash_loop.pl -- crashes in the middle of a busy server lose no mark
-# and force no full backup (docs/design.md sections 4.6, 4.7 and 7).
+# and force no full backup (docs/design.md sections 3.5, 3.6 and 4).
 #
 # t/015 and t/016 each build one crash window by hand; this test crashes a
 # server at arbitrary moments of a mixed workload, to catch the windows no
@@ -168,7 +168,7 @@ for my $round (1 .. $rounds)
 	is(scalar @changed, 0, "round $round: every block of a relation changed since $L is listed")
 	  or diag(show_misses(@changed));
 	# Zero pages relation extension added after the last save have no WAL
-	# until used: the sizes saved with the map find them (design.md 4.8).
+	# until used: the sizes saved with the map find them (design.md 3.7).
 	is(scalar @added, 0, "round $round: every block of a relation added since $L is listed")
 	  or diag(show_misses(@added));
 	cmp_ok($stats{at_or_after} // 0, '>', 200,

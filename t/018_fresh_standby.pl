@@ -2,10 +2,11 @@
 #
 # 018_fresh_standby.pl -- a FULL backup taken on a standby right after it
 # starts is a valid parent for incremental backups (docs/design.md
-# section 4.5).
+# sections 3.8 and 4.7).
 #
 # A standby made from a base backup refuses the map that came with the
-# backup (backup_label) and starts a fresh one.  A backup tool takes as the
+# backup (backup_label; with wal capture the backup carries none) and starts
+# a fresh one.  A backup tool takes as the
 # start of a FULL backup made on a standby the redo LSN of the standby's
 # latest restartpoint, which right after the start is the redo LSN where
 # recovery began (the checkpoint of the base backup); an incremental backup
@@ -38,8 +39,9 @@ use Test::More;
 
 use PtrackBackup qw(full_backup incremental_backup restore start_restored);
 use PtrackVerify qw(compare_clusters);
-use PtrackCluster qw(ptrack_node log_position log_since not_trusted_re init_lsn);
+use PtrackCluster qw(ptrack_node log_position log_since map_not_inherited_ok init_lsn);
 use PtrackOracle qw(lsn_to_int mismatch_blocks no_misses_ok);
+use PtrackProbackup qw(pg_probackup);
 
 my $primary = ptrack_node('primary', allows_streaming => 1,
 	conf => "autovacuum = off\nmax_wal_size = 512MB\n");
@@ -59,9 +61,7 @@ my $standby = PostgreSQL::Test::Cluster->new('standby');
 $standby->init_from_backup($primary, 'base', has_streaming => 1);
 my $sb_off = log_position($standby);
 $standby->start;
-like(log_since($standby, $sb_off),
-	not_trusted_re('a backup_label file is present (the data directory was restored from a backup or rewound)'),
-	'the standby refused the map that came with the base backup');
+map_not_inherited_ok($standby, $sb_off, 'the standby refused the map that came with the base backup');
 my $recovery_redo = $standby->safe_psql('postgres', 'SELECT redo_lsn FROM pg_control_checkpoint()');
 
 # ---- 2. a FULL backup on the standby, right away --------------------------
@@ -134,18 +134,10 @@ $standby->stop;
 
 SKIP:
 {
-	my $pgpro = $ENV{PTRACK_PG_PROBACKUP} // '';
-	skip 'pg_probackup part: set PTRACK_PG_PROBACKUP=/path/to/pg_probackup (2.5.x for PostgreSQL 15, '
-	  . 'see docs/operations.md) to run it', 4
-	  unless $pgpro ne '' && -x $pgpro;
+	my $pgpro = pg_probackup('section 5 (FULL + PTRACK with pg_probackup on a fresh standby)');
+	skip 'no pg_probackup', 4 unless $pgpro;
 
 	my $catalog = PostgreSQL::Test::Utils::tempdir('pgpro');
-	# Runs pg_probackup; returns (exit code, stdout + stderr).
-	my $pgp = sub {
-		my $out = '';
-		IPC::Run::run([ $pgpro, @_ ], '>&', \$out, IPC::Run::timeout(900));
-		return ($? >> 8, $out);
-	};
 
 	($out, $err) = ('', '');
 	$pgbench = IPC::Run::start(
@@ -157,10 +149,10 @@ SKIP:
 	$standby2->init_from_backup($primary, 'base2', has_streaming => 1);
 	$standby2->start;
 	my @conn = ('-h', $standby2->host, '-p', $standby2->port, '-d', 'postgres');
-	my ($prc, $pout) = $pgp->('init', '-B', $catalog);
-	($prc, $pout) = $pgp->('add-instance', '-B', $catalog, '-D', $standby2->data_dir, '--instance', 'sb')
+	my ($prc, $pout) = $pgpro->run('init', '-B', $catalog);
+	($prc, $pout) = $pgpro->run('add-instance', '-B', $catalog, '-D', $standby2->data_dir, '--instance', 'sb')
 	  if $prc == 0;
-	($prc, $pout) = $pgp->('backup', '-B', $catalog, '--instance', 'sb', '-b', 'FULL', '--stream', '--no-sync', @conn)
+	($prc, $pout) = $pgpro->run('backup', '-B', $catalog, '--instance', 'sb', '-b', 'FULL', '--stream', '--no-sync', @conn)
 	  if $prc == 0;
 	is($prc, 0, 'pg_probackup: a FULL backup on the standby right after it started') or diag $pout;
 
@@ -168,11 +160,11 @@ SKIP:
 	$primary->safe_psql('postgres', 'CREATE TABLE after_pgpro_full AS SELECT g AS id FROM generate_series(1, 20000) g');
 	$primary->safe_psql('postgres', 'CHECKPOINT');
 	$primary->wait_for_catchup($standby2);
-	($prc, $pout) = $pgp->('backup', '-B', $catalog, '--instance', 'sb', '-b', 'PTRACK', '--stream', '--no-sync', @conn);
+	($prc, $pout) = $pgpro->run('backup', '-B', $catalog, '--instance', 'sb', '-b', 'PTRACK', '--stream', '--no-sync', @conn);
 	is($prc, 0, 'pg_probackup: a PTRACK backup on the standby, the FULL as its parent') or diag $pout;
 
 	my $pgpro_restored = PostgreSQL::Test::Cluster->new('pgpro_restored');
-	($prc, $pout) = $pgp->('restore', '-B', $catalog, '--instance', 'sb', '-D', $pgpro_restored->data_dir,
+	($prc, $pout) = $pgpro->run('restore', '-B', $catalog, '--instance', 'sb', '-D', $pgpro_restored->data_dir,
 		'--no-sync');
 	is($prc, 0, 'pg_probackup: FULL + PTRACK restored') or diag $pout;
 	unlink($pgpro_restored->data_dir . '/standby.signal');

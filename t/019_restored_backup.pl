@@ -3,7 +3,7 @@
 # 019_restored_backup.pl -- a server restored from a backup refuses the map
 # that came with the backup and tracks from the backup's redo LSN, so the
 # restored backup is a valid parent for the next incremental backup
-# (docs/design.md sections 4.4 and 4.5).
+# (docs/design.md sections 3.8, 4.7 and 5.2).
 #
 # Why the copied map is refused rather than trusted when it was saved after
 # the backup's start (the rule the issue proposed): a backup copies files one
@@ -17,7 +17,7 @@
 # map's covered LSN, whose WAL the end-of-recovery checkpoint recycles
 # before the follower runs.  What is provable is a fresh map from the
 # backup's redo LSN: hooks, replay writes (and so marks) every page changed
-# after it (docs/design.md section 4.5); wal, the postmaster reads the WAL
+# after it (docs/design.md section 3.8); wal, the postmaster reads the WAL
 # in pg_wal from it before recovery and records the file sizes as the backup
 # left them, and the follower reads on from where that scan ended (7.1).
 # Without that scan (src/pg/capture/wal/wal_load.cpp, scan_restored_backup()) the wal
@@ -27,7 +27,8 @@
 #   1. a primary: FULL backup F (start L0), pgbench, incremental P1 since L0
 #      (start L1);
 #   2. F + P1 restored into a new node, with the primary's map files copied
-#      into it as a base backup tool that does not leave them out would:
+#      into it where the source keeps them (the data directory; pg_wal/ptrack
+#      with wal capture), as a copy that does not leave them out would:
 #      the server refuses them (backup_label) and its ptrack_init_lsn() is
 #      not after L1;
 #   3. a backup tool asking for the changes since L0 gets the documented
@@ -49,7 +50,7 @@ use Test::More;
 
 use PtrackBackup qw(full_backup incremental_backup restore start_restored);
 use PtrackVerify qw(compare_clusters);
-use PtrackCluster qw(ptrack_node log_position log_since not_trusted_re init_lsn capture_mode);
+use PtrackCluster qw(ptrack_node state_dir log_position log_since not_trusted_re init_lsn capture_mode);
 use PtrackSummaries qw(summary_dir summaries chain_break describe_summaries);
 use PtrackOracle qw(lsn_to_int);
 
@@ -73,11 +74,16 @@ note "F starts at $l0, P1 at $l1";
 $primary->safe_psql('postgres', 'CHECKPOINT');
 my $restored = PostgreSQL::Test::Cluster->new('restored');
 restore("$backups/full", "$backups/p1", $restored->data_dir, tablespace_dir => $restored->basedir . '/tblspc');
+# Where the capture source keeps them: the data directory (hooks), or
+# pg_wal/ptrack (wal capture), which a copy of the data directory with its
+# pg_wal (a file-system snapshot) would bring along.
 my @copied;
-opendir(my $dh, $primary->data_dir) or die "opendir: $!";
+my ($from, $to) = map { state_dir($_->data_dir) } ($primary, $restored);
+mkdir $to;
+opendir(my $dh, $from) or die "opendir: $!";
 foreach my $f (grep { /^ptrack\.(?:map|map\.delta|sizes|limits)$/ } readdir($dh))
 {
-	copy($primary->data_dir . "/$f", $restored->data_dir . "/$f") or die "copy $f: $!";
+	copy("$from/$f", "$to/$f") or die "copy $f: $!";
 	push @copied, $f;
 }
 closedir($dh);
@@ -106,7 +112,7 @@ my $rinit = init_lsn($restored);
 note "restored server: ptrack_init_lsn() $rinit";
 if (capture_mode() eq 'wal')
 {
-	# The summaries of the WAL read before recovery (scan_summary.cpp), then
+	# The summaries of the WAL read before recovery (scan_summary_writer.cpp), then
 	# the follower's: one unbroken chain from the backup's redo LSN, none of
 	# the primary's files left.
 	# A combine in progress overlaps its inputs for a moment: list until it is done.

@@ -1,7 +1,7 @@
 # Copyright (c) the ptrack authors
 #
 # 020_wal_capture.pl -- WAL capture on a stock server (wal mode only): what
-# the hooks mode has no counterpart for (docs/design.md section 7).
+# the hooks mode has no counterpart for (docs/design.md section 4).
 #
 #   1. the library loads on a server without the core hooks (on 17 and 18,
 #      whose suite runs wal mode on the patched build, the prefix's

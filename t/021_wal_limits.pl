@@ -1,9 +1,9 @@
 # Copyright (c) the ptrack authors
 #
 # 021_wal_limits.pl -- wal capture only: the changes a WAL record makes
-# without a block reference (src/pg/capture/wal_records.cpp) reach pagemapset through
-# the limit table (include/ptrack/limit_table.h), and the table survives
-# restarts and crashes as ptrack.limits (src/pg/persist/limit_file_io.h).
+# without a block reference (src/pg/capture/wal_records.cpp) reach pagemapset
+# through the change summaries (a limit or a whole database in the change
+# set, include/ptrack/change_set.h), across restarts and crashes.
 #
 #   1. after L: CREATE DATABASE with FILE_COPY (files copied without a block
 #      reference) and WAL_LOG, ALTER DATABASE SET TABLESPACE (copied again),
@@ -12,12 +12,9 @@
 #      pg_truncate_visibility_map(), TRUNCATE and DROP DATABASE: every block of
 #      every file of the copied databases is listed, the page-LSN oracle
 #      passes, and none of these records restarts tracking;
-#   2. the follower saves ptrack.limits with the map; after a clean restart and
-#      after a crash it resumes past those records, and every block of the
-#      copied database is still listed (without ptrack.limits the limit would
-#      be lost: the copied files have no block reference to re-mark);
-#   3. a missing or damaged ptrack.limits makes the map untrusted, with a
-#      WARNING naming ptrack.limits, and a new ptrack_init_lsn().
+#   2. after a clean restart and after a crash the follower resumes past
+#      those records, and every block of the copied database is still listed
+#      (the copied files have no block reference a re-read could mark again).
 
 use strict;
 use warnings;
@@ -29,7 +26,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode tablespace_version_re ptrack_node log_position log_since not_trusted_re count_matches init_lsn);
+use PtrackCluster
+  qw(capture_mode tablespace_version_re ptrack_node ptrack_file log_position log_since not_trusted_re count_matches init_lsn);
 use PtrackOracle qw(lsn_to_int no_misses_ok pagemapset relation_files);
 
 plan skip_all => 'the limit table is fed by the WAL follower (wal capture only)'
@@ -120,7 +118,8 @@ is(init_lsn($node), $init, 'ptrack_init_lsn() unchanged');
 
 # 2. Restarts: the follower resumes past the CREATE DATABASE records.
 $node->restart;    # the follower saves when it stops
-ok(-e "$pgdata/ptrack.limits", 'ptrack.limits saved');
+ok(!-e ptrack_file($pgdata, 'ptrack.limits') && !-e "$pgdata/ptrack.limits",
+	'no ptrack.limits: the summaries hold the limits, the map keeps none');
 is(init_lsn($node), $init, 'clean restart: the map is trusted (ptrack_init_lsn() unchanged)');
 whole_ok($moved, 'after a clean restart');
 
@@ -129,39 +128,6 @@ $node->stop('immediate');
 $node->start;
 is(init_lsn($node), $init, 'crash: the map is trusted (ptrack_init_lsn() unchanged)');
 whole_ok($moved, 'after a crash');
-
-# 3. Without a usable ptrack.limits the map cannot be continued.
-my %bad = (
-	removed => [ sub { unlink "$pgdata/ptrack.limits" or die $! }, 'is not usable: it does not exist' ],
-	damaged => [
-		sub {
-			# Flip a byte of the system identifier (writing a fixed byte left it
-			# unchanged when it already held that value: 1 run in 256).
-			open(my $fh, '+<', "$pgdata/ptrack.limits") or die $!;
-			binmode $fh;
-			seek($fh, 20, 0);
-			read($fh, my $byte, 1) == 1 or die "read: $!";
-			seek($fh, 20, 0);
-			print $fh chr(ord($byte) ^ 0xFF);
-			close $fh;
-		},
-		'is not usable: its header checksum does not match'
-	],
-);
-foreach my $case ('removed', 'damaged')
-{
-	$node->stop;
-	ok(-e "$pgdata/ptrack.map" && -e "$pgdata/ptrack.limits", "$case ptrack.limits: saved with the map at shutdown");
-	$bad{$case}[0]->();
-	my $offset = log_position($node);
-	$node->start;
-	my $log = log_since($node, $offset);
-	like(
-		$log,
-		qr/WARNING:  ptrack map file "ptrack\.map" is not trusted because "ptrack\.limits", which the WAL follower needs with it, \Q$bad{$case}[1]\E/,
-		"$case ptrack.limits: the map is not trusted, WARNING names ptrack.limits");
-	cmp_ok(lsn_to_int(init_lsn($node)), '>', lsn_to_int($L), "$case ptrack.limits: a new ptrack_init_lsn()");
-}
 
 $node->stop;
 done_testing();

@@ -1,8 +1,8 @@
 # Copyright (c) the ptrack authors
 #
 # 022_status_verify.pl -- what a DBA runs to see that ptrack works
-# (ptrack_status(), docs/design.md section 5.1) and to prove that it misses
-# nothing (ptrack_verify(), section 5.2), and the messages of a failed save.
+# (ptrack_status(), docs/design.md section 6.1) and to prove that it misses
+# nothing (ptrack_verify(), section 6.2), and the messages of a failed save.
 #
 #   1. after pgbench and a CHECKPOINT the status is sane: the capture source
 #      of this suite, the map holds marks (hooks; wal: a few KB, no fill),
@@ -19,9 +19,8 @@
 #   4. a real miss: with the server stopped, block 1 of a table nothing
 #      changed since L gets a page LSN >= L written by hand; after the start
 #      ptrack_verify(L) returns exactly that (path, block);
-#   4b. wal: with the answers from the change summaries
-#      (ptrack.wal_answer_source = summaries), a summary that misses a block
-#      the map has: the summaries holding an UPDATE are replaced by files
+#   4b. wal: with the answers from the change summaries, a summary that
+#      misses a block: the summaries holding an UPDATE are replaced by files
 #      every check passes (an older summary's body, the header rewritten to
 #      their range); ptrack_verify(L) judges the summaries' own answer and
 #      returns the updated block, its NOTICE says the answer came from the
@@ -43,9 +42,10 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node log_position log_since count_matches);
+use PtrackCluster qw(capture_mode ptrack_node ptrack_file ptrack_path log_position log_since count_matches);
 use PtrackOracle qw(lsn_to_int int_to_lsn);
 use PtrackSummaries qw(summaries copy_summary_as);
+use PtrackUnits qw(BLCKSZ);
 
 my $mode = capture_mode();
 note "capture mode: $mode";
@@ -94,7 +94,7 @@ is($s{off_reason_null}, 'true', 'status: off_reason is NULL while tracking is on
 if ($mode eq 'wal')
 {
 	# The follower marks no map: it keeps its resume point in a few KB of
-	# shared memory, whatever ptrack.map_size says (docs/design.md section 9).
+	# shared memory, whatever ptrack.map_size says (docs/design.md section 4.6).
 	cmp_ok($s{map_size}, '<', 16384, 'status: map_size is the few KB of the unmarked map');
 	is($s{fill_positive}, '', 'status: no map fill (NULL): the exact summaries answer');
 	is($s{rate_ok}, '', 'status: no false positive rate (NULL)');
@@ -129,9 +129,9 @@ else
 my ($saves_before, $failed_before) =
   split /\|/, $node->safe_psql('postgres', 'SELECT saves, failed_saves FROM ptrack_status');
 my $offset = log_position($node);
-unlink "$pgdata/ptrack.map.delta";
-mkdir "$pgdata/ptrack.map.delta" or die "mkdir: $!";
-mkdir "$pgdata/ptrack.map.tmp" or die "mkdir: $!";
+unlink ptrack_file($pgdata, 'ptrack.map.delta');
+mkdir ptrack_file($pgdata, 'ptrack.map.delta') or die "mkdir: $!";
+mkdir ptrack_file($pgdata, 'ptrack.map.tmp') or die "mkdir: $!";
 # Three checkpoints (hooks: three saves), and time for the follower to retry (wal).
 for (1 .. 3)
 {
@@ -142,10 +142,11 @@ $node->poll_query_until('postgres', "SELECT failed_saves >= $failed_before + 3 F
   or diag 'failed_saves did not reach 3 more: ' . $node->safe_psql('postgres', 'SELECT failed_saves FROM ptrack_status');
 sleep 2;
 my $log = log_since($node, $offset);
-my $warnings = count_matches($log, qr/WARNING:  ptrack could not save its map: could not \w+ file "ptrack\.map\.(?:tmp|delta)"/);
+my $map_re = quotemeta(ptrack_path('ptrack.map'));
+my $warnings = count_matches($log, qr/WARNING:  ptrack could not save its map: could not \w+ file "$map_re\.(?:tmp|delta)"/);
 is($warnings, 1, 'failing saves: one WARNING, however often they are retried')
   or diag "log since the failures began:\n$log";
-like($log, qr/WARNING:  ptrack could not save its map: .*\n.*DETAIL:  Backups are not affected.*\n.*HINT:  Make the data directory(?:, pg_wal\/ptrack)? and ptrack's files in (?:it|them) .* writable/,
+like($log, qr/WARNING:  ptrack could not save its map: .*\n.*DETAIL:  Backups are not affected.*\n.*HINT:  Make (?:the data directory|pg_wal\/ptrack) and ptrack's files in it .* writable/,
 	'failing saves: the WARNING names ptrack, says what it means for backups and how to fix it');
 my $failed_now = $node->safe_psql('postgres', 'SELECT failed_saves FROM ptrack_status');
 cmp_ok($failed_now, '>=', $failed_before + 3, "failing saves: ptrack_status counts them ($failed_now)");
@@ -155,12 +156,12 @@ if ($mode eq 'wal')
 	cmp_ok($failed_now, '<', $failed_before + 20, 'failing saves: the WAL follower retries with a pause');
 }
 
-rmdir "$pgdata/ptrack.map.delta" or die "rmdir: $!";
-rmdir "$pgdata/ptrack.map.tmp" or die "rmdir: $!";
+rmdir ptrack_file($pgdata, 'ptrack.map.delta') or die "rmdir: $!";
+rmdir ptrack_file($pgdata, 'ptrack.map.tmp') or die "rmdir: $!";
 $node->safe_psql('postgres', 'INSERT INTO churn VALUES (2); CHECKPOINT');
 ok($node->poll_query_until('postgres', "SELECT saves > $saves_before FROM ptrack_status"),
 	'failing saves: saves resume once the files can be written');
-ok(-f "$pgdata/ptrack.map", 'failing saves: ptrack.map was written again');
+ok(-f ptrack_file($pgdata, 'ptrack.map'), 'failing saves: ptrack.map was written again');
 
 # ---- 3. verify on a healthy cluster ------------------------------------------------
 
@@ -227,15 +228,15 @@ $node->stop;
 {
 	my $file = "$pgdata/$relpath";
 	open(my $fh, '+<:raw', $file) or die "open $file: $!";
-	seek($fh, 8192, 0) or die "seek: $!";
-	read($fh, my $page, 8192) == 8192 or die "read: $!";
+	seek($fh, BLCKSZ, 0) or die "seek: $!";
+	read($fh, my $page, BLCKSZ) == BLCKSZ or die "read: $!";
 	my $lsn = lsn_to_int($L2);
 	substr($page, 0, 8) = pack('L L', $lsn >> 32, $lsn & 0xFFFFFFFF);
 	# A byte of the first tuple's pad (tuples fill the page from its end).
 	my $pos = rindex($page, 'p');
 	$pos > 24 or die 'planted: unexpected page layout';
 	substr($page, $pos, 1) = 'q';
-	seek($fh, 8192, 0) or die "seek: $!";
+	seek($fh, BLCKSZ, 0) or die "seek: $!";
 	print $fh $page or die "write: $!";
 	close $fh or die "close: $!";
 }
@@ -251,11 +252,10 @@ note "ptrack_verify on the planted miss:\n$out\n$err";
 SKIP:
 {
 	skip 'change summaries are written by the WAL follower (wal capture only)', 7 unless $mode eq 'wal';
-	my $sum = 'SET ptrack.wal_answer_source = summaries;';
 	my $sumdir = "$pgdata/pg_wal/ptrack";
 	my $now = sub { return $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()'); };
 	# A cut: the summaries hold every change made so far.
-	my $cut = sub { $node->safe_psql('postgres', "$sum SELECT count(*) FROM public.ptrack_get_pagemapset('$L2'::pg_lsn)"); };
+	my $cut = sub { $node->safe_psql('postgres', "SELECT count(*) FROM public.ptrack_get_pagemapset('$L2'::pg_lsn)"); };
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	$cut->();
 	my $before = lsn_to_int($now->());
@@ -296,10 +296,10 @@ SKIP:
 		copy_summary_as($pgdata, $source->{name}, $f->{start}, $f->{end}, $f->{flags});
 	}
 	my $listed_now = $node->safe_psql('postgres',
-		"$sum SELECT count(*) FROM public.ptrack_get_pagemapset('$L3'::pg_lsn) WHERE path = '$shorted'");
+		"SELECT count(*) FROM public.ptrack_get_pagemapset('$L3'::pg_lsn) WHERE path = '$shorted'");
 	is($listed_now, '0', "shorted: the summaries no longer list $shorted since $L3 (else the test proves nothing)");
 	($ret, $out, $err) = $node->psql('postgres',
-		"$sum SELECT path, block FROM public.ptrack_verify('$L3'::pg_lsn) ORDER BY 1, 2");
+		"SELECT path, block FROM public.ptrack_verify('$L3'::pg_lsn) ORDER BY 1, 2");
 	like($out, qr/^\Q$shorted\E\|$block$/m, "shorted: ptrack_verify returns the block the summaries miss ($shorted block $block)")
 	  or diag "public.ptrack_verify('$L3'::pg_lsn) returned:\n$out\n$err";
 	like($err, qr/of them not listed by ptrack_get_pagemapset\(\) \(answered from the change summaries\)/,
@@ -312,7 +312,7 @@ SKIP:
 		close $fh;
 	}
 	($ret, $out, $err) = $node->psql('postgres',
-		"$sum SELECT path, block FROM public.ptrack_verify('$L3'::pg_lsn)");
+		"SELECT path, block FROM public.ptrack_verify('$L3'::pg_lsn)");
 	is($ret, 0, 'restored: ptrack_verify runs');
 	is($out, '', 'restored: no block is missing from the summaries\' answer') or diag $err;
 	like($err, qr/, 0 of them not listed by ptrack_get_pagemapset\(\) \(answered from the change summaries\)/,

@@ -44,8 +44,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 use PtrackBackup qw(full_backup incremental_backup restore start_restored);
-use PtrackCluster qw(capture_mode ptrack_node init_lsn);
+use PtrackCluster qw(capture_mode ptrack_node ptrack_files_outside init_lsn);
 use PtrackOracle qw(mismatch_blocks);
+use PtrackProbackup qw(pg_probackup);
 use PtrackVerify qw(compare_clusters);
 
 # ---- the blocks of docs/operations.md ---------------------------------------
@@ -277,51 +278,46 @@ $restored->stop;
 
 SKIP:
 {
-	my $pgpro = $ENV{PTRACK_PG_PROBACKUP} // '';
-	skip 'pg_probackup: set PTRACK_PG_PROBACKUP=/path/to/pg_probackup '
-	  . '(2.5.x built for PostgreSQL 15, see docs/operations.md) to run it as the '
-	  . 'backup role', 1
-	  unless $pgpro ne '' && -x $pgpro;
+	my $pgpro = pg_probackup('section 6 (pg_probackup as the backup role)');
+	skip 'no pg_probackup', 1 unless $pgpro;
 
 	my $catalog = PostgreSQL::Test::Utils::tempdir('pgpro');
 	my $pgdata = $node->data_dir;
 
-	# Runs pg_probackup; returns (exit code, stdout + stderr).
-	my $pgp = sub {
-		my @args = @_;
-		my $out = '';
-		IPC::Run::run([ $pgpro, @args ], '>&', \$out,
-			IPC::Run::timeout(900));
-		return ($? >> 8, $out);
-	};
 	my @as_backup = ('-h', $host, '-p', $port, '-U', 'backup');
 	my @backup = ('backup', '-B', $catalog, '--instance', 'node',
 		'--stream', '--no-sync', '-j', '2', @as_backup);
 
-	my ($prc, $pout) = $pgp->('--version');
+	my ($prc, $pout) = $pgpro->run('--version');
 	note "pg_probackup: $pout";
-	($prc, $pout) = $pgp->('init', '-B', $catalog);
+	($prc, $pout) = $pgpro->run('init', '-B', $catalog);
 	is($prc, 0, 'pg_probackup init') or diag $pout;
 	($prc, $pout) =
-	  $pgp->('add-instance', '-B', $catalog, '-D', $pgdata, '--instance', 'node');
+	  $pgpro->run('add-instance', '-B', $catalog, '-D', $pgdata, '--instance', 'node');
 	is($prc, 0, 'pg_probackup add-instance') or diag $pout;
 
-	($prc, $pout) = $pgp->(@backup, '-b', 'FULL', '-d', 'backupdb');
+	($prc, $pout) = $pgpro->run(@backup, '-b', 'FULL', '-d', 'backupdb');
 	is($prc, 0, 'pg_probackup backup -b FULL --stream as backup through backupdb')
 	  or diag $pout;
 	my ($full_id) = $pout =~ /INFO: Backup (\w+) completed/;
-	if (defined $full_id)
+	if (defined $full_id && capture_mode() eq 'wal')
+	{
+		# wal capture keeps its files in pg_wal/ptrack, which pg_probackup does not copy.
+		my $database = "$catalog/backups/node/$full_id/database";
+		is(join(' ', ptrack_files_outside($database)), '', 'the FULL backup carries no ptrack file');
+		ok(!-e "$database/pg_wal/ptrack", 'the FULL backup carries nothing of pg_wal/ptrack');
+	}
+	elsif (defined $full_id)
 	{
 		my $map = "$catalog/backups/node/$full_id/database/ptrack.map";
-		note sprintf('the FULL backup carries ptrack.map: %s',
-			-e $map ? (-s $map) . ' bytes' : 'no');
+		note sprintf('the FULL backup carries ptrack.map: %s', -e $map ? (-s $map) . ' bytes' : 'no');
 	}
 
 	workload('p1');
 	my $init2 = init_lsn($node);
 
 	# otherdb has no ptrack.
-	($prc, $pout) = $pgp->(@backup, '-b', 'PTRACK', '-d', 'otherdb');
+	($prc, $pout) = $pgpro->run(@backup, '-b', 'PTRACK', '-d', 'otherdb');
 	isnt($prc, 0, 'pg_probackup -b PTRACK through a database without ptrack fails');
 	like($pout, qr/This PostgreSQL instance does not support ptrack/,
 		'... saying "does not support ptrack"')
@@ -331,7 +327,7 @@ SKIP:
 	# otherdb with the extension and PostgreSQL's grants, not ptrack's.
 	$node->safe_psql('otherdb', 'CREATE EXTENSION ptrack');
 	$node->safe_psql('otherdb', $block{postgresql});
-	($prc, $pout) = $pgp->(@backup, '-b', 'PTRACK', '-d', 'otherdb');
+	($prc, $pout) = $pgpro->run(@backup, '-b', 'PTRACK', '-d', 'otherdb');
 	isnt($prc, 0,
 		'pg_probackup -b PTRACK without ptrack\'s grants fails');
 	like($pout, qr/permission denied for function ptrack_init_lsn\b/,
@@ -341,21 +337,21 @@ SKIP:
 	note 'pg_probackup said: ', join ' | ', grep { /^ERROR/ } split /\n/, $pout;
 	nothing_left_ok($init2, 'after the refused pg_probackup backups');
 
-	($prc, $pout) = $pgp->(@backup, '-b', 'PTRACK', '-d', 'backupdb');
+	($prc, $pout) = $pgpro->run(@backup, '-b', 'PTRACK', '-d', 'backupdb');
 	is($prc, 0,
 		'pg_probackup backup -b PTRACK --stream as backup through backupdb (schema ptrack)')
 	  or diag $pout;
 
 	workload('p2');
-	($prc, $pout) = $pgp->(@backup, '-b', 'PTRACK', '-d', 'postgres');
+	($prc, $pout) = $pgpro->run(@backup, '-b', 'PTRACK', '-d', 'postgres');
 	is($prc, 0,
 		'pg_probackup backup -b PTRACK --stream as backup through postgres (schema public)')
 	  or diag $pout;
-	($prc, $pout) = $pgp->('show', '-B', $catalog, '--instance', 'node');
+	($prc, $pout) = $pgpro->run('show', '-B', $catalog, '--instance', 'node');
 	note $pout;
 
 	my $pg_restored = PostgreSQL::Test::Cluster->new('pgpro_restored');
-	($prc, $pout) = $pgp->('restore', '-B', $catalog, '--instance', 'node',
+	($prc, $pout) = $pgpro->run('restore', '-B', $catalog, '--instance', 'node',
 		'-D', $pg_restored->data_dir, '--no-sync', '-j', '2');
 	is($prc, 0, 'pg_probackup restore of FULL + PTRACK + PTRACK') or diag $pout;
 	start_restored($pg_restored);

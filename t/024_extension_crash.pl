@@ -1,7 +1,7 @@
 # Copyright (c) the ptrack authors
 #
 # 024_extension_crash.pl -- blocks that relation extension added after the
-# last map save are listed after a crash (docs/design.md section 4.8).
+# last map save are listed after a crash (docs/design.md section 3.7).
 #
 # Relation extension writes zero pages that get a WAL record only when first
 # used.  The hooks mark them in mdextend(), in memory; a crash before the
@@ -53,6 +53,7 @@ use Test::More;
 
 use PtrackCluster qw(capture_mode ptrack_node log_position log_since not_trusted_re init_lsn);
 use PtrackOracle qw(block_counts missed_blocks show_misses page_lsns);
+use PtrackUnits qw(BLCKSZ);
 
 my $mode = capture_mode();
 
@@ -157,7 +158,7 @@ for my $round (1 .. 2)
 	my $had = $baseline->{$file} // 0;
 	$node->safe_psql('postgres', 'DELETE FROM ext_t');
 	$node->safe_psql('postgres', 'VACUUM ext_t');
-	my $cut = $node->safe_psql('postgres', "SELECT pg_relation_size('ext_t') / 8192");
+	my $cut = $node->safe_psql('postgres', "SELECT pg_relation_size('ext_t') / " . BLCKSZ);
 	# Every block from the cut on is added after L, whatever the file held at L.
 	$baseline->{$file} = $cut;
 	$node->safe_psql('postgres', 'CHECKPOINT');    # the map and the sizes are saved here
@@ -171,7 +172,7 @@ for my $round (1 .. 2)
 	my $deadline = time() + 30;
 	while (time() < $deadline)
 	{
-		$grown = $node->safe_psql('postgres', "SELECT pg_relation_size('ext_t') / 8192");
+		$grown = $node->safe_psql('postgres', "SELECT pg_relation_size('ext_t') / " . BLCKSZ);
 		last if $grown >= $cut + 200;
 		select(undef, undef, undef, 0.1);
 	}

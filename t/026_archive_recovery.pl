@@ -4,7 +4,7 @@
 # comes only from an archive, through restore_command (pg_probackup's
 # ARCHIVE mode), tracks from the backup's redo LSN, so the restored backup
 # can parent the next incremental backup (issue 18 item 5; docs/design.md
-# sections 4.5 and 7.1).
+# sections 3.8 and 4.7).
 #
 # With the hooks source, replay writes (and so marks) every page changed
 # after the redo LSN, wherever its WAL comes from.  With the wal source, the
@@ -60,6 +60,7 @@ use Test::More;
 
 use PtrackCluster qw(capture_mode ptrack_node log_position log_since init_lsn wait_until_recovered follower_pid);
 use PtrackOracle qw(lsn_to_int no_misses_ok);
+use PtrackProbackup qw(pg_probackup);
 
 my $mode = capture_mode();
 my $archive = PostgreSQL::Test::Utils::tempdir('archive');
@@ -252,30 +253,22 @@ if ($mode eq 'wal')
 
 SKIP:
 {
-	my $pgpro = $ENV{PTRACK_PG_PROBACKUP} // '';
-	skip 'pg_probackup part: set PTRACK_PG_PROBACKUP=/path/to/pg_probackup (2.5.x for PostgreSQL 15, '
-	  . 'see docs/operations.md) to run it', 3
-	  unless $pgpro ne '' && -x $pgpro;
+	my $pgpro = pg_probackup("section 7 (pg_probackup's ARCHIVE-mode chain)");
+	skip 'no pg_probackup', 3 unless $pgpro;
 
 	my $catalog = PostgreSQL::Test::Utils::tempdir('pgpro');
-	# Runs pg_probackup; returns (exit code, stdout + stderr).
-	my $pgp = sub {
-		my $pout = '';
-		IPC::Run::run([ $pgpro, @_ ], '>&', \$pout, IPC::Run::timeout(900));
-		return ($? >> 8, $pout);
-	};
 	my $source = ptrack_node('pgpro_source', allows_streaming => 1, conf => "autovacuum = off\narchive_mode = on\n");
-	my ($prc, $pout) = $pgp->('init', '-B', $catalog);
-	($prc, $pout) = $pgp->('add-instance', '-B', $catalog, '-D', $source->data_dir, '--instance', 'src')
+	my ($prc, $pout) = $pgpro->run('init', '-B', $catalog);
+	($prc, $pout) = $pgpro->run('add-instance', '-B', $catalog, '-D', $source->data_dir, '--instance', 'src')
 	  if $prc == 0;
 	$source->append_conf('postgresql.conf',
-		"archive_command = '\"$pgpro\" archive-push -B \"$catalog\" --instance src --wal-file-path=%p "
+		"archive_command = '\"" . $pgpro->path . "\" archive-push -B \"$catalog\" --instance src --wal-file-path=%p "
 		  . "--wal-file-name=%f'\n");
 	$source->start;
 	$source->safe_psql('postgres', 'CREATE EXTENSION ptrack');
 	$source->command_ok([ 'pgbench', '-i', '-q', '-s', '2', 'postgres' ], 'pg_probackup: pgbench -i on its source');
 	my @conn = ('-h', $source->host, '-p', $source->port, '-d', 'postgres');
-	($prc, $pout) = $pgp->('backup', '-B', $catalog, '--instance', 'src', '-b', 'FULL', '--no-sync', @conn)
+	($prc, $pout) = $pgpro->run('backup', '-B', $catalog, '--instance', 'src', '-b', 'FULL', '--no-sync', @conn)
 	  if $prc == 0;
 	is($prc, 0, 'pg_probackup: a FULL backup in ARCHIVE mode') or diag $pout;
 	$source->command_ok([ 'pgbench', '-n', '-c', '2', '-j', '1', '-t', '300', 'postgres' ], 'pgbench after it');
@@ -283,7 +276,7 @@ SKIP:
 
 	# Restored by pg_probackup over the source (restore_command = archive-get).
 	rmtree($source->data_dir);
-	($prc, $pout) = $pgp->('restore', '-B', $catalog, '--instance', 'src', '-D', $source->data_dir, '--no-sync');
+	($prc, $pout) = $pgpro->run('restore', '-B', $catalog, '--instance', 'src', '-D', $source->data_dir, '--no-sync');
 	chmod 0700, $source->data_dir;
 	# The follower starts after recovery, when pg_wal no longer reaches back to the FULL's start.
 	$source->append_conf('postgresql.conf', "hot_standby = off\n");
@@ -292,10 +285,10 @@ SKIP:
 	wait_until_recovered($source, $pgp_off);
 	$source->command_ok([ 'pgbench', '-n', '-c', '2', '-j', '1', '-t', '300', 'postgres' ],
 		'pgbench on the server pg_probackup restored');
-	($prc, $pout) = $pgp->('backup', '-B', $catalog, '--instance', 'src', '-b', 'PTRACK', '--no-sync', @conn);
+	($prc, $pout) = $pgpro->run('backup', '-B', $catalog, '--instance', 'src', '-b', 'PTRACK', '--no-sync', @conn);
 	is($prc, 0, 'pg_probackup: a PTRACK backup on the restored server, the restored FULL its parent')
 	  or diag $pout, "\nptrack_init_lsn() ", init_lsn($source);
-	($prc, $pout) = $pgp->('validate', '-B', $catalog, '--instance', 'src');
+	($prc, $pout) = $pgpro->run('validate', '-B', $catalog, '--instance', 'src');
 	is($prc, 0, 'pg_probackup: the chain validates') or diag $pout;
 	$source->stop;
 }

@@ -14,15 +14,31 @@
 #   1. public where PUBLIC may create (a cluster upgraded from PostgreSQL 14):
 #      CREATE EXTENSION ptrack refuses, with the reason and the fix.  ptrack
 #      2.2 (which did not check) installed there shows the attack: the
-#      untyped call gets the impostor's empty answer, the typed,
+#      untyped call gets the impostor's empty answer; the typed,
 #      schema-qualified call (what docs/operations.md, t/lib/PtrackBackup.pm and
-#      scripts/main-job.pl send) gets ptrack's, with the changed table in it.
+#      scripts/main-job.pl send) reaches ptrack's function, which refuses to
+#      answer from that schema, and so does ptrack_init_lsn(), which a
+#      backup tool asks first: the backup fails instead of missing blocks.
 #      ALTER EXTENSION ptrack UPDATE refuses while PUBLIC may create, then
 #      while the impostor is there; once both are gone it succeeds.
 #   2. WITH SCHEMA into a schema another role owns: refused, naming the
 #      role; after ALTER SCHEMA ... OWNER TO a superuser, installed, and the
 #      role can no longer create the impostor.
 #   3. a role granted CREATE on public (not PUBLIC): refused, naming it.
+#   4. after the install, the schema made unsafe (src/pg/sql/schema_check.h):
+#      every call that answers about changes fails closed, for the backup
+#      role as for a superuser, naming the schema, the reason and the fix,
+#      while ptrack_version() and ptrack_status keep answering; once the
+#      schema is safe again the calls answer.  The ways: GRANT CREATE to a
+#      role, then to PUBLIC; ALTER SCHEMA ... OWNER TO a role that is not a
+#      superuser; the owner stripped of SUPERUSER (ALTER ROLE, which no
+#      event trigger sees); for public (owned by pg_database_owner) a new
+#      database owner that is not a superuser; ALTER EXTENSION ptrack SET
+#      SCHEMA into a schema another role owns.  An impostor planted while
+#      the schema was open makes ptrack_init_lsn() (which pg_probackup calls
+#      before ptrack_get_pagemapset()) refuse after the schema is safe
+#      again, until it is dropped.  A safe schema answers throughout: the
+#      typed pagemapset lists the changed table.
 #
 # In case 1 the role also plants format() functions that would make it a
 # superuser if an unqualified call in the install or update scripts (run
@@ -131,12 +147,18 @@ is("$rc $out", '0 0', "the untyped call public.ptrack_get_pagemapset('$L') reach
 	  . 'the new table is not listed (the attack)') or diag $err;
 ($rc, $out, $err) = psql_as('backup', 'upgraded',
 	"SELECT count(*) FROM public.ptrack_get_pagemapset('$L'::pg_lsn) WHERE path = '$victim'");
-is("$rc $out", '0 1', "the typed call public.ptrack_get_pagemapset('$L'::pg_lsn) reaches ptrack: "
-	  . "$victim is listed") or diag $err;
+isnt($rc, 0, "the typed call public.ptrack_get_pagemapset('$L'::pg_lsn) reaches ptrack, which refuses to answer");
+like($err, qr/ERROR:  ptrack refuses to answer from schema "public": roles other than superusers can create objects in it/,
+	'... from that schema') or diag $err;
+$node->safe_psql('upgraded', 'GRANT EXECUTE ON FUNCTION public.ptrack_init_lsn() TO backup');
+($rc, $out, $err) = psql_as('backup', 'upgraded', 'SELECT public.ptrack_init_lsn()');
+isnt($rc, 0, 'ptrack_init_lsn(), which a backup tool asks first, refuses too: the backup fails, it misses nothing');
+like($err, qr/DETAIL:  In schema "public", PUBLIC \(every role\) has CREATE on it\./, '... saying who can create')
+  or diag $err;
 
 ($rc, $out, $err) = psql_su('upgraded', 'ALTER EXTENSION ptrack UPDATE');
 note "ALTER EXTENSION ptrack UPDATE, PUBLIC may create in public:\n$err";
-isnt($rc, 0, 'ALTER EXTENSION ptrack UPDATE to 2.3 fails while PUBLIC may create in public');
+isnt($rc, 0, 'ALTER EXTENSION ptrack UPDATE fails while PUBLIC may create in public');
 like($err, qr/ptrack refuses schema "public": roles other than superusers can create objects in it/,
 	'... saying why');
 
@@ -149,12 +171,16 @@ isnt($rc, 0, 'after the REVOKE, the update still fails while the impostor is the
 like($err, qr/ptrack refuses schema "public": it holds functions named like ptrack's that are not ptrack's/,
 	'... saying so');
 like($err, qr/DETAIL:  Not part of the extension: ptrack_get_pagemapset\(text\)\./, '... naming it');
+($rc, $out, $err) = psql_as('backup', 'upgraded', 'SELECT public.ptrack_init_lsn()');
+isnt($rc, 0, 'with public safe again but the impostor there, ptrack_init_lsn() refuses');
+like($err, qr/ERROR:  ptrack refuses to answer from schema "public": it holds another function named ptrack_get_pagemapset/,
+	'... naming the function') or diag $err;
 
 $node->safe_psql('upgraded', 'DROP FUNCTION public.ptrack_get_pagemapset(text)');
 ($rc, $out, $err) = psql_su('upgraded', 'ALTER EXTENSION ptrack UPDATE');
 is($rc, 0, 'with the impostor dropped, the update succeeds') or diag $err;
 is($node->safe_psql('upgraded', "SELECT extversion FROM pg_extension WHERE extname = 'ptrack'"),
-	'2.3', '... to 2.3');
+	'2.4', '... to 2.4');
 is($node->safe_psql('postgres', "SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'"), 'f',
 	'no call in the scripts reached mallory\'s format(): mallory is not a superuser');
 ($rc, $out, $err) = psql_as('mallory', 'upgraded', $impostor);
@@ -200,6 +226,123 @@ like($err, qr/DETAIL:  These roles can create objects in schema "public": mallor
 $node->safe_psql('granted', 'REVOKE CREATE ON SCHEMA public FROM mallory');
 ($rc, $out, $err) = psql_su('granted', 'CREATE EXTENSION ptrack');
 is($rc, 0, 'after the REVOKE it succeeds') or diag $err;
+
+# ---- 4. the schema made unsafe after the install -------------------------------
+
+$node->safe_psql('postgres', q{
+CREATE ROLE admin SUPERUSER;
+CREATE ROLE dbowner SUPERUSER;
+CREATE DATABASE later OWNER dbowner;
+});
+$node->safe_psql('later', q{
+CREATE SCHEMA ptrack AUTHORIZATION admin;
+CREATE EXTENSION ptrack WITH SCHEMA ptrack;
+GRANT USAGE ON SCHEMA ptrack TO backup;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ptrack TO backup;
+GRANT SELECT ON ptrack.ptrack_status TO backup;
+});
+my $L4 = $node->safe_psql('later', 'SELECT pg_current_wal_insert_lsn()');
+$node->safe_psql('later', 'CREATE TABLE changed AS SELECT g AS id FROM generate_series(1, 1000) g; CHECKPOINT');
+my $changed = $node->safe_psql('later', "SELECT pg_relation_filepath('changed')");
+
+# Every call that answers about changes, as the backup role: "" if it answered, else its error.
+my @calls = (
+	"SELECT count(*) FROM ptrack.ptrack_get_pagemapset('$L4'::pg_lsn) WHERE path = '$changed'",
+	"SELECT files > 0 FROM ptrack.ptrack_get_change_stat('$L4'::pg_lsn)",
+	'SELECT ptrack.ptrack_init_lsn() IS NOT NULL',
+	"SELECT count(*) >= 0 FROM ptrack.ptrack_verify('$L4'::pg_lsn)");
+sub answers
+{
+	my ($label) = @_;
+	($rc, $out, $err) = psql_as('backup', 'later', $calls[0]);
+	is("$rc $out", '0 1', "$label: the typed pagemapset lists the changed table") or diag $err;
+	for my $sql (@calls[ 1 .. $#calls ])
+	{
+		($rc, $out, $err) = psql_as('backup', 'later', $sql);
+		is("$rc $out", '0 t', "$label: $sql answers") or diag $err;
+	}
+}
+sub refuses
+{
+	my ($label, $schema, $detail) = @_;
+	for my $sql (@calls)
+	{
+		(my $call = $sql) =~ s/\bptrack\./$schema./g;
+		for my $role ('backup', undef)
+		{
+			($rc, $out, $err) =
+			  defined $role ? psql_as($role, 'later', $call) : psql_su('later', $call);
+			my $who = $role // 'a superuser';
+			isnt($rc, 0, "$label: $call fails for $who");
+			like($err,
+				qr/ERROR:  ptrack refuses to answer from schema "\Q$schema\E": roles other than superusers can create objects in it/,
+				"$label: ... with the refusal") or diag $err;
+		}
+	}
+	like($err, $detail, "$label: the detail says why") or diag $err;
+	like($err, qr/HINT:  Take CREATE away: REVOKE CREATE ON SCHEMA \Q$schema\E FROM PUBLIC/, "$label: the hint says how to fix it")
+	  or diag $err;
+	($rc, $out, $err) = psql_as('backup', 'later', "SELECT $schema.ptrack_version() IS NOT NULL");
+	is("$rc $out", '0 t', "$label: ptrack_version() still answers") or diag $err;
+	($rc, $out, $err) = psql_as('backup', 'later', "SELECT capture IS NOT NULL FROM $schema.ptrack_status");
+	is("$rc $out", '0 t', "$label: ptrack_status still answers") or diag $err;
+}
+
+answers('installed in a safe schema');
+
+$node->safe_psql('later', 'GRANT CREATE ON SCHEMA ptrack TO mallory');
+refuses('GRANT CREATE to mallory', 'ptrack', qr/DETAIL:  In schema "ptrack", "mallory" has CREATE on it, and is not a superuser\./);
+$node->safe_psql('later', 'REVOKE CREATE ON SCHEMA ptrack FROM mallory');
+answers('CREATE revoked');
+
+$node->safe_psql('later', 'GRANT CREATE ON SCHEMA ptrack TO PUBLIC');
+refuses('GRANT CREATE to PUBLIC', 'ptrack', qr/DETAIL:  In schema "ptrack", PUBLIC \(every role\) has CREATE on it\./);
+$node->safe_psql('later', 'REVOKE CREATE ON SCHEMA ptrack FROM PUBLIC');
+answers('CREATE revoked from PUBLIC');
+
+$node->safe_psql('later', 'ALTER SCHEMA ptrack OWNER TO mallory');
+refuses('owned by mallory', 'ptrack', qr/DETAIL:  In schema "ptrack", its owner "mallory" is not a superuser\./);
+$node->safe_psql('later', 'ALTER SCHEMA ptrack OWNER TO admin');
+answers('owned by a superuser again');
+
+$node->safe_psql('postgres', 'ALTER ROLE admin NOSUPERUSER');
+refuses('its owner no longer a superuser', 'ptrack', qr/DETAIL:  In schema "ptrack", its owner "admin" is not a superuser\./);
+$node->safe_psql('postgres', 'ALTER ROLE admin SUPERUSER');
+answers('its owner a superuser again');
+
+# public, owned by pg_database_owner: the database's owner counts.
+$node->safe_psql('later', 'ALTER EXTENSION ptrack SET SCHEMA public');
+($rc, $out, $err) = psql_as('backup', 'later', 'SELECT public.ptrack_init_lsn() IS NOT NULL');
+is("$rc $out", '0 t', 'moved to public, owned by pg_database_owner, the database owned by a superuser: it answers')
+  or diag $err;
+$node->safe_psql('postgres', 'ALTER DATABASE later OWNER TO mallory');
+refuses('the database owned by mallory', 'public',
+	qr/DETAIL:  In schema "public", its owner pg_database_owner \(the database's owner, "mallory"\) is not a superuser\./);
+$node->safe_psql('postgres', 'ALTER DATABASE later OWNER TO dbowner');
+$node->safe_psql('later', 'ALTER EXTENSION ptrack SET SCHEMA ptrack');
+answers('back in its own schema');
+
+# SET SCHEMA into a schema another role owns.
+$node->safe_psql('later', 'CREATE SCHEMA tools AUTHORIZATION mallory');
+$node->safe_psql('later', 'GRANT USAGE ON SCHEMA tools TO backup; ALTER EXTENSION ptrack SET SCHEMA tools');
+refuses('ALTER EXTENSION ptrack SET SCHEMA tools (owned by mallory)', 'tools',
+	qr/DETAIL:  In schema "tools", its owner "mallory" is not a superuser\./);
+$node->safe_psql('later', 'ALTER EXTENSION ptrack SET SCHEMA ptrack');
+answers('moved back');
+
+# An impostor planted while the schema was open stays after it is closed.
+$node->safe_psql('later', 'GRANT CREATE ON SCHEMA ptrack TO mallory');
+(my $impostor_later = $impostor) =~ s/public\./ptrack./;
+($rc, $out, $err) = psql_as('mallory', 'later', $impostor_later);
+is($rc, 0, 'while the schema is open, mallory plants ptrack.ptrack_get_pagemapset(text)') or diag $err;
+$node->safe_psql('later', 'REVOKE CREATE ON SCHEMA ptrack FROM mallory');
+($rc, $out, $err) = psql_as('backup', 'later', 'SELECT ptrack.ptrack_init_lsn()');
+isnt($rc, 0, 'the schema closed again, the impostor there: ptrack_init_lsn() refuses');
+like($err, qr/ERROR:  ptrack refuses to answer from schema "ptrack": it holds another function named ptrack_get_pagemapset/,
+	'... naming it') or diag $err;
+like($err, qr/HINT:  Find out who created it and why, drop it, then retry\./, '... and what to do') or diag $err;
+$node->safe_psql('later', 'DROP FUNCTION ptrack.ptrack_get_pagemapset(text)');
+answers('the impostor dropped');
 
 $node->stop;
 done_testing();

@@ -28,7 +28,7 @@
 #      L0 fails.  Never silently short.
 #
 # Hooks only: with wal capture the map keeps only the follower's resume
-# point, a few KB whatever ptrack.map_size says (docs/design.md section 9),
+# point, a few KB whatever ptrack.map_size says (docs/design.md section 4.6),
 # and never outgrows the limit; the summaries' own write failures (the
 # directory unwritable, counted as failed saves, nothing lost) are
 # t/034_summary_failures.pl's.
@@ -43,7 +43,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node init_lsn log_position log_since not_trusted_re);
+use PtrackCluster qw(capture_mode ptrack_node ptrack_file init_lsn log_position log_since not_trusted_re);
 use PtrackOracle qw(block_counts lsn_to_int no_misses_ok);
 
 plan skip_all => 'wal capture saves a map of a few KB (t/034 covers its summaries\' write failures)'
@@ -105,8 +105,8 @@ $node->poll_query_until('postgres', 'SELECT saves > 0 FROM ptrack_status')
 my $L0 = $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
 my $init0 = init_lsn($node);
 $node->stop;
-ok(-s "$pgdata/ptrack.map" > $limit_bytes,
-	'the saved map is larger than the limit: ' . (-s "$pgdata/ptrack.map") . " bytes > $limit_bytes");
+ok(-s ptrack_file($pgdata, 'ptrack.map') > $limit_bytes,
+	'the saved map is larger than the limit: ' . (-s ptrack_file($pgdata, 'ptrack.map')) . " bytes > $limit_bytes");
 
 # ---- 2. under the limit -------------------------------------------------------------
 

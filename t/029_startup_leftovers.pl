@@ -31,7 +31,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node init_lsn log_position log_since not_trusted_re);
+use PtrackCluster qw(capture_mode ptrack_node ptrack_file ptrack_path init_lsn log_position log_since not_trusted_re);
 
 my $node = ptrack_node('leftovers', conf => "autovacuum = off\n");
 my $pgdata = $node->data_dir;
@@ -48,14 +48,15 @@ $node->poll_query_until('postgres', 'SELECT saves > 0 FROM ptrack_status')
   or die 'no save';
 my $init0 = init_lsn($node);
 $node->stop;
-ok(-e "$pgdata/ptrack.sizes", 'a clean stop leaves ptrack.sizes');
+ok(-e ptrack_file($pgdata, 'ptrack.sizes'), 'a clean stop leaves ptrack.sizes');
 
 # ---- 1. leftover temporary files ---------------------------------------------------
 
 sub plant
 {
 	my ($name, $bytes) = @_;
-	open(my $fh, '>:raw', "$pgdata/$name") or die "could not create $pgdata/$name: $!";
+	my $path = ptrack_file($pgdata, $name);
+	open(my $fh, '>:raw', $path) or die "could not create $path: $!";
 	print $fh $bytes;
 	close $fh;
 	return;
@@ -67,33 +68,34 @@ $node->start;
 my $log = log_since($node, $log_at);
 # The files themselves are looked at once the server is stopped: a save
 # running meanwhile writes both names for a moment.
-like($log, qr/LOG:  ptrack removed leftover file "ptrack\.sizes\.new": too short or unreadable/,
+my ($sizes_re, $sizes_new_re, $limits_tmp_re) = map { quotemeta(ptrack_path($_)) } qw(ptrack.sizes ptrack.sizes.new ptrack.limits.tmp);
+like($log, qr/LOG:  ptrack removed leftover file "$sizes_new_re": too short or unreadable/,
 	'an empty ptrack.sizes.new is removed at startup, with a LOG line saying why') or diag $log;
-like($log, qr/LOG:  ptrack removed leftover temporary file "ptrack\.limits\.tmp"/,
+like($log, qr/LOG:  ptrack removed leftover temporary file "$limits_tmp_re"/,
 	'a leftover ptrack.limits.tmp is removed at startup, with a LOG line');
 unlike($log, not_trusted_re(), 'the map is still trusted');
 is(init_lsn($node), $init0, "ptrack_init_lsn() is unchanged ($init0)");
 $node->safe_psql('postgres', 'UPDATE t SET v = v || 1 WHERE id % 5 = 0; CHECKPOINT');
 $node->stop;
-ok(!-e "$pgdata/ptrack.sizes.new" && !-e "$pgdata/ptrack.limits.tmp",
+ok(!-e ptrack_file($pgdata, 'ptrack.sizes.new') && !-e ptrack_file($pgdata, 'ptrack.limits.tmp'),
 	'stopped: neither ptrack.sizes.new nor ptrack.limits.tmp is there');
 
 # ---- 2. the second half of a save ---------------------------------------------------
 
-move("$pgdata/ptrack.sizes", "$pgdata/ptrack.sizes.new") or die "move: $!";
+move(ptrack_file($pgdata, 'ptrack.sizes'), ptrack_file($pgdata, 'ptrack.sizes.new')) or die "move: $!";
 $log_at = log_position($node);
 $node->start;
 $log = log_since($node, $log_at);
-like($log, qr/LOG:  ptrack completed an interrupted save: renamed "ptrack\.sizes\.new" to "ptrack\.sizes"/,
+like($log, qr/LOG:  ptrack completed an interrupted save: renamed "$sizes_new_re" to "$sizes_re"/,
 	'a ptrack.sizes.new that matches the map becomes ptrack.sizes at startup, with a LOG line') or diag $log;
 unlike($log, not_trusted_re(), 'the map is trusted');
 is(init_lsn($node), $init0, "ptrack_init_lsn() is unchanged ($init0)");
 $node->stop;
-ok(-e "$pgdata/ptrack.sizes" && !-e "$pgdata/ptrack.sizes.new", 'stopped: ptrack.sizes is there, no ptrack.sizes.new');
+ok(-e ptrack_file($pgdata, 'ptrack.sizes') && !-e ptrack_file($pgdata, 'ptrack.sizes.new'), 'stopped: ptrack.sizes is there, no ptrack.sizes.new');
 
 # ---- 3. a map that cannot be opened -------------------------------------------------
 
-chmod(0000, "$pgdata/ptrack.map") or die "chmod: $!";
+chmod(0000, ptrack_file($pgdata, 'ptrack.map')) or die "chmod: $!";
 $log_at = log_position($node);
 $node->start;
 $log = log_since($node, $log_at);
@@ -102,7 +104,7 @@ like($log, not_trusted_re('it could not be opened: Permission denied'),
 like($node->safe_psql('postgres', 'SELECT last_restart_reason FROM ptrack_status'),
 	qr/could not be opened: Permission denied/, 'ptrack_status says it too');
 $node->stop;
-chmod(0600, "$pgdata/ptrack.map") or die "chmod: $!";
+chmod(0600, ptrack_file($pgdata, 'ptrack.map')) or die "chmod: $!";
 
 # ---- 4. invalid settings --------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 # Copyright (c) the ptrack authors
 #
 # 030_record_kinds.pl -- the heap records whose kinds differ between
-# PostgreSQL versions (docs/design.md section 8), each the only thing that
+# PostgreSQL versions (docs/design.md section 8.1), each the only thing that
 # changes a block after L, in both capture modes:
 #
 #   1. on-access pruning: a SELECT prunes a page whose old tuple version is

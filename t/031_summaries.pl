@@ -2,7 +2,7 @@
 #
 # 031_summaries.pl -- wal capture only: the WAL follower writes its exact
 # change set as summary files under pg_wal/ptrack (src/pg/persist/summary_io.h,
-# docs/design.md section 9), read here directly from their header layout
+# docs/design.md sections 4.4-4.6), read here directly from their header layout
 # (include/ptrack/summary_file.h):
 #
 #   1. summaries appear after a CHECKPOINT, each a whole file named after the

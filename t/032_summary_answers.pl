@@ -2,7 +2,7 @@
 #
 # 032_summary_answers.pl -- wal capture only: ptrack_get_pagemapset(L)
 # answers from the change summaries under pg_wal/ptrack
-# (src/pg/sql/summary_scan.cpp, docs/design.md section 9.2), and refuses,
+# (src/pg/sql/summary_scan.cpp, docs/design.md section 4.8), and refuses,
 # never answers short, when one it needs is damaged or missing:
 #
 #   1. three rounds of changes A, B, C after L0, L1, L2, each round ended by a
@@ -48,18 +48,19 @@ use Test::More;
 use PtrackCluster qw(capture_mode ptrack_node log_position log_since init_lsn);
 use PtrackOracle qw(lsn_to_int int_to_lsn pagemapset);
 use PtrackSummaries qw(copy_summary_as summary_name);
+use PtrackUnits qw(BLCKSZ);
 
 plan skip_all => 'change summaries are written by the WAL follower (wal capture only)'
   unless capture_mode() eq 'wal';
 
-# The answers' source set explicitly: this test is about the summaries whatever the default.
-my $node = ptrack_node('summary_answers', conf => "autovacuum = off\nptrack.wal_answer_source = summaries\n");
+my $node = ptrack_node('summary_answers', conf => "autovacuum = off\n");
 $node->start;
 my $pgdata = $node->data_dir;
 my $sumdir = "$pgdata/pg_wal/ptrack";
 
 $node->safe_psql('postgres', 'CREATE EXTENSION ptrack');
-is($node->safe_psql('postgres', 'SHOW ptrack.wal_answer_source'), 'summaries', 'answers come from the summaries');
+is($node->safe_psql('postgres', 'SELECT map_fill IS NULL FROM ptrack_status()'), 't',
+	'the map holds no marks: answers come from the summaries');
 
 # The summary files, sorted by start: [ { name, start, end } ].
 sub summaries
@@ -100,7 +101,7 @@ $node->safe_psql('postgres',
 # --- 1. three rounds of changes, each ended by a call (a cut) -----------------
 # The cases below need a summary that holds L_B and ends before L_C, with
 # older ones before it.  The calls' cuts make that layout, but the follower
-# may combine them (only redo LSNs are kept boundaries: docs/design.md 9.3)
+# may combine them (only redo LSNs are kept boundaries: docs/design.md 4.9)
 # or cut elsewhere meanwhile, so the rounds run again (on other rows) until
 # the summaries have it, at most five times.
 my %L;
@@ -238,9 +239,9 @@ my @missed;
 foreach my $round (1 .. 8)
 {
 	my $L = lsn();
-	my $blocks = (-s "$pgdata/$grown") / 8192;
+	my $blocks = (-s "$pgdata/$grown") / BLCKSZ;
 	# Zero blocks added without WAL, as a bulk extension leaves them.
-	truncate("$pgdata/$grown", ($blocks + 4) * 8192) or die "truncate: $!";
+	truncate("$pgdata/$grown", ($blocks + 4) * BLCKSZ) or die "truncate: $!";
 	my $map = pagemapset($node, 'postgres', $L);
 	my @want = ($blocks .. $blocks + 3);
 	my @not = grep { !listed($map, $grown, $_) } @want;
@@ -263,7 +264,7 @@ foreach my $round ([ 'D', 200 ], [ 'E', 2800 ])
 my $ld = lsn_to_int($L{D});
 my ($x) = grep { $_->{start} <= $ld && $ld < $_->{end} } @files;
 # L_D is where the follower stood at the call before: a cut just past a record first ends a
-# summary at its end (docs/design.md 9.1), so the file holding L_D may be that one-byte summary,
+# summary at its end (docs/design.md 4.5), so the file holding L_D may be that one-byte summary,
 # which a stray cannot start inside: the strays then go over the files after it (D is in the first).
 ($x) = grep { $_->{start} == $x->{end} } @files if $x && $x->{end} - $x->{start} < 2;
 my ($y) = $x ? grep { $_->{start} == $x->{end} } @files : ();

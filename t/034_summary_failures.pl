@@ -5,16 +5,18 @@
 # directory cannot be used, and what ptrack_status() says about them
 # (src/pg/capture/wal/capture_wal.cpp, src/pg/sql/status.cpp):
 #
-#   1. pg_wal/ptrack unreadable (chmod 000) when the follower resumes from a
-#      saved map: it does not run with the summaries off, it says why (a
+#   1. pg_wal/ptrack read-only (chmod 500) when the follower resumes from a
+#      saved map (the postmaster reads the map there; a directory it cannot
+#      read at all refuses the map, like an unreadable map file: t/029):
+#      the follower does not run with the summaries off, it says why (a
 #      WARNING whose hint names pg_wal/ptrack, ptrack_status().off_reason,
 #      the SQL functions' error), saves no map meanwhile (the map never gets
 #      ahead of the summaries), and once the directory is usable again the
 #      chain is kept whole: ptrack_init_lsn() unchanged, no file removed, the
 #      changes made meanwhile listed; the same after one more restart;
-#   2. a regular file in place of pg_wal/ptrack at a fresh start (no map):
-#      the same refusal, no map saved; with the file gone the follower
-#      starts and answers;
+#   2. a regular file in place of pg_wal/ptrack (so no map, which lives
+#      there) at a fresh start: the same refusal, no map saved anywhere;
+#      with the file gone the follower starts and answers;
 #   3. the directory made unwritable while the follower runs: the summary it
 #      cannot write counts in ptrack_status().failed_saves and its WARNING's
 #      hint names pg_wal/ptrack; a call that times out says the follower
@@ -42,7 +44,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-use PtrackCluster qw(capture_mode ptrack_node log_position log_since init_lsn map_header);
+use PtrackCluster qw(capture_mode ptrack_node ptrack_file ptrack_files_outside log_position log_since init_lsn map_header);
 use PtrackOracle qw(lsn_to_int pagemapset);
 use PtrackSummaries qw(summaries chain_break describe_summaries lsn_text);
 
@@ -50,7 +52,7 @@ plan skip_all => 'change summaries are written by the WAL follower (wal capture 
   unless capture_mode() eq 'wal';
 
 my $node = ptrack_node('summary_failures',
-	conf => "autovacuum = off\ncheckpoint_timeout = 1h\nptrack.wal_answer_source = summaries\n");
+	conf => "autovacuum = off\ncheckpoint_timeout = 1h\n");
 $node->start;
 my $pgdata = $node->data_dir;
 my $sumdir = "$pgdata/pg_wal/ptrack";
@@ -123,7 +125,7 @@ sub give_a_chance_to_save
 	return;
 }
 
-# --- 1. unreadable at a resume ---------------------------------------------------
+# --- 1. read-only at a resume ---------------------------------------------------
 my $L0 = lsn();
 my $a = change(10, 'A');
 is(not_listed($L0, $a), '', "before: pagemapset(L0 $L0) lists change A");
@@ -133,25 +135,25 @@ my @before = summaries($pgdata);
 ok(@before > 0, 'before: summaries on disk: ' . describe_summaries(@before));
 my $covered0 = map_header($pgdata)->{covered_lsn};
 
-chmod(0000, $sumdir) or die "chmod: $!";
+chmod(0500, $sumdir) or die "chmod: $!";
 my $offset = log_position($node);
 $node->start;
-ok(off_reason_matches(qr{pg_wal/ptrack}), 'unreadable: ptrack_status().off_reason names pg_wal/ptrack')
+ok(off_reason_matches(qr{pg_wal/ptrack}), 'read-only: ptrack_status().off_reason names pg_wal/ptrack')
   or diag('off_reason: ' . status('off_reason'));
 my $log = log_since($node, $offset);
-like($log, qr{WARNING:[^\n]*pg_wal/ptrack}, 'unreadable: a WARNING names the directory');
-like($log, qr{HINT:[^\n]*pg_wal/ptrack}, 'unreadable: its hint names the directory');
+like($log, qr{WARNING:[^\n]*pg_wal/ptrack}, 'read-only: a WARNING names the directory');
+like($log, qr{HINT:[^\n]*pg_wal/ptrack}, 'read-only: its hint names the directory');
 {
 	my ($ok, $err) = call('SELECT ptrack_init_lsn()');
-	ok(!$ok, 'unreadable: ptrack_init_lsn() fails at once');
-	like($err, qr{pg_wal/ptrack}, 'unreadable: its error names the directory') or diag($err);
+	ok(!$ok, 'read-only: ptrack_init_lsn() fails at once');
+	like($err, qr{pg_wal/ptrack}, 'read-only: its error names the directory') or diag($err);
 }
 my $L1 = lsn();
 my $b = change(20, 'B');
 give_a_chance_to_save();
-is(map_header($pgdata)->{covered_lsn}, $covered0, 'unreadable: no map is saved (it would get ahead of the summaries)');
-is(status('saves'), '0', 'unreadable: ptrack_status() counts no save');
-ok(status('off_reason') ne '', 'unreadable: the follower is still held');
+is(map_header($pgdata)->{covered_lsn}, $covered0, 'read-only: no map is saved (it would get ahead of the summaries)');
+is(status('saves'), '0', 'read-only: ptrack_status() counts no save');
+ok(status('off_reason') ne '', 'read-only: the follower is still held');
 
 chmod(0700, $sumdir) or die "chmod: $!";
 ok($node->poll_query_until('postgres', 'SELECT off_reason IS NULL FROM ptrack_status()'),
@@ -177,7 +179,6 @@ unlike(log_since($node, $offset), qr/ptrack removed its \d+ change summaries/, '
 
 # --- 2. a file in place of the directory at a fresh start --------------------------
 $node->stop('fast');
-unlink("$pgdata/ptrack.map") or die "unlink ptrack.map: $!";
 rmtree($sumdir);
 {
 	open(my $fh, '>', $sumdir) or die "create $sumdir: $!";
@@ -190,7 +191,8 @@ ok(off_reason_matches(qr{pg_wal/ptrack}), 'a file in its place: ptrack_status().
   or diag('off_reason: ' . status('off_reason'));
 like(log_since($node, $offset), qr{HINT:[^\n]*pg_wal/ptrack}, 'a file in its place: the hint names the directory');
 give_a_chance_to_save();
-ok(!-e "$pgdata/ptrack.map", 'a file in its place: no map is saved');
+is(status('saves'), '0', 'a file in its place: no map is saved');
+is(join(' ', ptrack_files_outside($pgdata)), '', 'a file in its place: nor any file of ptrack\'s in the data directory');
 unlink($sumdir) or die "unlink: $!";
 ok($node->poll_query_until('postgres', 'SELECT off_reason IS NULL FROM ptrack_status()'),
 	'directory gone: the follower runs');

@@ -2,7 +2,7 @@
 #
 # 036_redo_targets.pl -- wal capture only: a WAL follower behind the WAL that
 # learns several checkpoints' redo LSNs before it reaches the first still ends
-# a summary at each of them (docs/design.md section 9.1, "the cut rule").
+# a summary at each of them (docs/design.md section 4.5).
 #
 # On 15 the follower learns a redo LSN only by polling GetRedoRecPtr() before
 # each batch of WAL (17 and 18 also read it from the XLOG_CHECKPOINT_REDO

@@ -3,7 +3,7 @@
 # 037_walk_growth_catchup.pl -- wal capture only: a size walk made while the
 # WAL follower is far behind (catching up after a load) does not put the
 # load into the summary that starts at a later redo LSN (docs/design.md
-# section 9.1, "Extension found by a walk").
+# section 4.3, "Dating a walk's growth").
 #
 # A walk dates the growth it sees at P, the insert LSN read after it.  With
 # the follower far behind, it sees the whole load; a checkpoint's redo LSN R

@@ -3,8 +3,8 @@
 # 038_redo_after_cut.pl -- wal capture only: a checkpoint's redo LSN exactly
 # at the end of the last record the WAL follower applied, learnt only after
 # the follower cut a summary just past that record, still starts a summary,
-# and retention keeps that boundary (docs/design.md section 9.1, "the cut
-# rule").
+# and retention keeps that boundary (docs/design.md section
+# 4.5).
 #
 # The follower cuts at C + 1 (C: the end of the last record applied) for a
 # save, a backend's request or a full set.  A checkpoint that begins right

@@ -3,7 +3,7 @@
 # 039_file_watch.pl -- wal capture: a call stat()s only the relation files
 # changed since the previous walk (the follower's inotify watch,
 # src/pg/capture/wal/growth_watch.h), and still lists every block a file gained
-# without WAL (docs/design.md section 7.1, "Extension without WAL").
+# without WAL (docs/design.md section 4.3).
 #
 # Growth "without WAL" is made by the test itself: it extends relation files
 # with zero pages through write() (append), truncate() and fallocate(), the
@@ -55,6 +55,7 @@ use Test::More;
 
 use PtrackCluster qw(capture_mode ptrack_node follower_pid log_position log_since init_lsn);
 use PtrackOracle qw(block_counts no_misses_ok decode_pagemap lsn_to_int);
+use PtrackUnits qw(BLCKSZ);
 
 plan skip_all => 'the file watch serves the WAL follower (wal capture)' unless capture_mode() eq 'wal';
 plan skip_all => 'the file watch is Linux inotify' unless $^O eq 'linux';
@@ -116,27 +117,27 @@ sub grow
 	my ($path, $blocks, $how) = @_;
 	my $file = "$pgdata/$path";
 	my $size = -s $file;
-	die "grow: $file has $size bytes, not whole blocks" if $size % 8192;
+	die "grow: $file has $size bytes, not whole blocks" if $size % BLCKSZ;
 	if ($how eq 'write')
 	{
 		open(my $fh, '>>', $file) or die "open $file: $!";
 		binmode $fh;
-		syswrite($fh, "\0" x (8192 * $blocks)) == 8192 * $blocks or die "write $file: $!";
+		syswrite($fh, "\0" x (BLCKSZ * $blocks)) == BLCKSZ * $blocks or die "write $file: $!";
 		close $fh or die "close $file: $!";
 	}
 	elsif ($how eq 'truncate')
 	{
-		truncate($file, $size + 8192 * $blocks) or die "truncate $file: $!";
+		truncate($file, $size + BLCKSZ * $blocks) or die "truncate $file: $!";
 	}
 	elsif ($how eq 'fallocate')
 	{
-		system('fallocate', '-o', $size, '-l', 8192 * $blocks, $file) == 0 or die "fallocate $file failed";
+		system('fallocate', '-o', $size, '-l', BLCKSZ * $blocks, $file) == 0 or die "fallocate $file failed";
 	}
 	else
 	{
 		die "grow: unknown system call $how";
 	}
-	return $size / 8192;
+	return $size / BLCKSZ;
 }
 
 sub make_table
@@ -288,7 +289,7 @@ $node->safe_psql('postgres', 'CREATE TABLE filler (id int, pad text)');
 # The table, about 100 blocks, known to a walk; its tail deleted.
 my $r = make_table('postgres', 'regrow', 700);
 init_lsn($node);
-my $size = (-s "$pgdata/$r") / 8192;
+my $size = (-s "$pgdata/$r") / BLCKSZ;
 $node->safe_psql('postgres', 'DELETE FROM regrow WHERE id > 300');
 my $fpid = follower_pid($node);
 kill 'STOP', $fpid;

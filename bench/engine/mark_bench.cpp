@@ -1,6 +1,6 @@
 /*
  * bench/engine/mark_bench.cpp -- nanoseconds per Map::mark, the only engine
- * call on PostgreSQL's block write path (docs/design.md section 3).
+ * call on PostgreSQL's block write path (docs/design.md section 3.3).
  *
  * What is measured, on a 64 MB and a 1 GB map (the region allocated as
  * PostgreSQL allocates shared memory: MAP_SHARED anonymous, 4 KB pages):

@@ -1,7 +1,7 @@
 /*
  * ptrack/bypass_journal.h -- the on-disk entry of ptrack.bypass, the
  * journal of writes that bypassed shared buffers (docs/design.md section
- * 4.7).  A writer that bypasses shared buffers (an index build, ALTER TABLE
+ * 3.6).  A writer that bypasses shared buffers (an index build, ALTER TABLE
  * ... SET TABLESPACE, a table rewrite) calls smgrimmedsync() before it
  * commits; the hooks source then appends one entry naming the fork, its
  * length and the LSN of that moment, and fsyncs it, so that a crash before

@@ -1,6 +1,6 @@
 /*
  * ptrack/change_set.h -- the exact set of changes the WAL follower has seen
- * since its last summary (docs/design.md section 9): per relation fork, the
+ * since its last summary (docs/design.md section 4.4): per relation fork, the
  * changed block numbers and a limit ("every block >= N changed"), plus whole
  * database directories.  At each cut the follower writes it as an immutable
  * summary file (ptrack/summary_file.h) and empties it.

@@ -3,13 +3,17 @@
  * database events that the block map cannot express.
  *
  * Why it exists.  Some changes have no block reference in the WAL (docs/design.md
- * section 7): after XLOG_SMGR_TRUNCATE to T blocks, every block >= T of that
+ * section 4.2): after XLOG_SMGR_TRUNCATE to T blocks, every block >= T of that
  * fork counts as changed from then on, including blocks re-added later by an
  * extension that is never WAL-logged; a created or dropped relation fork
  * counts as changed from block 0 (a reused relfilenode must not inherit the
  * old file's blocks); CREATE/DROP DATABASE changes every block of every file
  * of a database directory.  The block map (ptrack/map.h) marks single blocks
- * and cannot say "every block >= T", so these events go here.
+ * and cannot say "every block >= T", so an earlier version's WAL follower,
+ * which marked the map, kept these events here.  This version's follower
+ * records them in its change set (ptrack/change_set.h); a table is read only
+ * from such a version's ptrack.limits, to migrate its map (docs/design.md
+ * section 4.10).
  *
  * Keys.  A relation fork (RelFork), or a database directory (tablespace,
  * database), meaning every block of every file in it.  A database key is the

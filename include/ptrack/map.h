@@ -5,7 +5,7 @@
  * It is plain C++17 with no PostgreSQL dependency, so that it can be unit
  * tested and benchmarked on its own; src/pg/ places it in shared memory.
  *
- * Layout of the memory region (see docs/design.md section 3):
+ * Layout of the memory region (see docs/design.md section 3.3):
  *
  *   [ segment summary: summary_count x uint64 LSN ][ block slots: line_count x 64-byte line ]
  *
@@ -75,7 +75,7 @@ struct MapGeometry {
      * The smallest valid geometry: one segment's summary window (rounded up
      * to whole lines) and one line of block slots, about 1 KB.  The map of a
      * source that marks nothing in it (wal capture, whose changes go to the
-     * summaries: docs/design.md section 9) and keeps only its covered LSN
+     * summaries: docs/design.md section 4.6) and keeps only its covered LSN
      * and init_lsn, whatever ptrack.map_size says.
      */
     static MapGeometry smallest(uint32_t blocks_per_segment,

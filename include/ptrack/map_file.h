@@ -1,9 +1,9 @@
 /*
  * ptrack/map_file.h -- the on-disk form of the map and the rules for
- * trusting it at startup (docs/design.md section 4).
+ * trusting it at startup (docs/design.md sections 3.4 and 5).
  *
- * Layout of $PGDATA/ptrack.map (host byte order, like PostgreSQL's own data
- * files; the system identifier check rejects a file from another cluster):
+ * Layout of ptrack.map (host byte order, like PostgreSQL's own data files;
+ * the system identifier check rejects a file from another cluster):
  *
  *   [0, 512)                 header, ending with the CRC-32C of its bytes
  *   [512, data_offset)       chunk CRC table: one CRC-32C per chunk, padded to 4 KB
@@ -17,9 +17,11 @@
  * writes ptrack.map.tmp and renames it over ptrack.map; the flushes in between
  * append only the changed slots to ptrack.map.delta (ptrack/map_delta.h).
  *
- * The file lives at the top of the data directory, outside global/, base/
- * and pg_tblspc/, so unpatched pg_checksums, pg_basebackup's checksum
- * verification and pg_rewind never mistake it for a relation file.
+ * The file lives in the capture source's folder (src/pg/persist/state_files.h):
+ * the top of the data directory for the hooks, pg_wal/ptrack for wal
+ * capture; either way outside global/, base/ and pg_tblspc/, so unpatched
+ * pg_checksums, pg_basebackup's checksum verification and pg_rewind never
+ * mistake it for a relation file.
  *
  * No PostgreSQL dependency: the CRC-32C function is passed in (the server
  * passes PostgreSQL's own, port/pg_crc32c.h).  Nothing here allocates or throws.
@@ -137,7 +139,7 @@ struct StartupFacts {
 
 /*
  * Why a stored map with a valid header must not be trusted, or nullptr if it
- * can be.  The rules of docs/design.md section 4.4: same cluster, same
+ * can be.  The rules of docs/design.md section 5.2: same cluster, same
  * PostgreSQL major version, same capture source, same geometry, placement and file size, no backup_label, same data checksum
  * setting; and for the hooks source, flushed no earlier than the checkpoint
  * recovery starts from and, after a crash, a run that kept wal_level >=

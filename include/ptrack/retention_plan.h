@@ -8,7 +8,7 @@
  * updates its listing and asks again.
  *
  * The steps, in the order they are proposed (each only once the earlier
- * kinds have nothing left; docs/design.md section 9 says why):
+ * kinds have nothing left; docs/design.md section 4.9 says why):
  *
  *  kOverlap  files[container] holds the range of the `count` files after it
  *            (a crash between writing a combined file and removing its

@@ -1,7 +1,7 @@
 /*
  * ptrack/summary_file.h -- the immutable on-disk form of an exact change set
  * (ptrack/change_cursor.h) covering one LSN range: a summary (docs/design.md
- * section 9).
+ * section 4.4).
  *
  * What a summary promises.  Every change the caller recorded at an LSN x
  * with start_lsn <= x < end_lsn is in it: its blocks, its limits, its

@@ -169,7 +169,7 @@ const char* map_file_distrust_reason(const MapFileHeader& header, const StartupF
         return "it belongs to another database cluster (system identifier differs)";
     if (header.server_major != facts.server_major)
         return "it was written under another PostgreSQL major version";
-    /* Before the geometry: wal capture's map has the smallest one (docs/design.md section 9.5). */
+    /* Before the geometry: wal capture's map has the smallest one (docs/design.md section 4.6). */
     if (header.source != facts.source)
         return header.source == CaptureSourceId::kHooks
                    ? "it was written by the hooks capture source and this server captures from the WAL"

@@ -1,7 +1,7 @@
 /*
  * retention_plan.cpp -- the retention policy of wal capture's summaries as
  * a pure function of the listing; the steps and their order are in
- * ptrack/retention_plan.h, the reasons in docs/design.md section 9.
+ * ptrack/retention_plan.h, the reasons in docs/design.md section 4.9.
  */
 #include "ptrack/retention_plan.h"
 

@@ -1,5 +1,6 @@
 /*
- * ptrack.cpp -- module entry point: GUCs, shared memory, hook installation.
+ * ptrack.cpp -- module entry point: GUCs, shared memory and the load of the
+ * saved state, the capture source picked and installed.
  *
  * Tracking must see every write from the moment the server starts, so the
  * map lives in shared memory created by the postmaster: the module only
@@ -40,8 +41,8 @@ PGDLLEXPORT void _PG_init(void); /* exported: see PGDLLEXPORT in the Makefile */
 #include "capture/file_growth.h"
 #include "capture/wal_archive.h"
 #include "compat/compat.h"
-#include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
+#include "persist/state_files.h"
 #include "persist/summary_io.h"
 #include "core/shared_state.h"
 #include "sql/verify.h"
@@ -84,9 +85,14 @@ Size shared_state_bytes(const MapGeometry& geometry)
     return header + geometry.region_bytes() + kLineBytes;
 }
 
-/* One mark announcement line per PGPROC (capture.h). */
+/*
+ * One mark announcement line per PGPROC (capture.h), for a source that marks
+ * the map from many processes; none for one that marks nothing (wal).
+ */
 uint32_t announcement_slots()
 {
+    if (persist_source != nullptr && !persist_source->marks_map())
+        return 0;
     return static_cast<uint32_t>(MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts);
 }
 
@@ -96,17 +102,14 @@ void* region_of(SharedState* state)
     return reinterpret_cast<void*>((header_end + kLineBytes - 1) / kLineBytes * kLineBytes);
 }
 
-/* The limit table's region: fixed size, plus slack to align it to a cache line. */
-constexpr Size kLimitRegionBytes = LimitTable::bytes(kDefaultLimitBuckets) + kLineBytes;
-
 void ptrack_shmem_request()
 {
     if (prev_shmem_request_hook)
         prev_shmem_request_hook();
     if (map_size_mb > 0) {
         RequestAddinShmemSpace(shared_state_bytes(configured_geometry()));
-        RequestAddinShmemSpace(kLimitRegionBytes);
-        RequestAddinShmemSpace(announcement_slots() * sizeof(MarkAnnouncement));
+        if (const uint32_t slots = announcement_slots())
+            RequestAddinShmemSpace(slots * sizeof(MarkAnnouncement));
     }
 }
 
@@ -133,10 +136,8 @@ void ptrack_shmem_startup()
         prev_shmem_startup_hook();
     if (map_size_mb == 0) {
         if (!IsUnderPostmaster) {
-            remove_map_files();
+            remove_state_files();
             remove_bypass_journals();
-            remove_limits_files();
-            remove_sizes_files();
             remove_follower_slot("change tracking is off");
         }
         return;
@@ -149,12 +150,6 @@ void ptrack_shmem_startup()
     const MapGeometry geometry = configured_geometry();
     bool found = false;
     LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-    /* The limit table first, empty, so that loading the map may also load it. */
-    const auto limit_region = reinterpret_cast<uintptr_t>(ShmemInitStruct("ptrack limits", kLimitRegionBytes, &found));
-    limits = LimitTable(reinterpret_cast<void*>((limit_region + kLineBytes - 1) / kLineBytes * kLineBytes),
-                        kDefaultLimitBuckets);
-    if (!found)
-        limits.clear();
     auto* state = static_cast<SharedState*>(ShmemInitStruct("ptrack", shared_state_bytes(geometry), &found));
     if (!found) {
         memset(static_cast<void*>(state), 0, sizeof(SharedState));
@@ -168,10 +163,13 @@ void ptrack_shmem_startup()
         load_saved_state(state, &fresh);
     }
     const uint32_t slots = announcement_slots();
-    auto* lines = static_cast<MarkAnnouncement*>(
-        ShmemInitStruct("ptrack mark announcements", slots * sizeof(MarkAnnouncement), &found));
-    if (!found)
-        memset(static_cast<void*>(lines), 0, slots * sizeof(MarkAnnouncement));
+    MarkAnnouncement* lines = nullptr;
+    if (slots > 0) {
+        lines = static_cast<MarkAnnouncement*>(
+            ShmemInitStruct("ptrack mark announcements", slots * sizeof(MarkAnnouncement), &found));
+        if (!found)
+            memset(static_cast<void*>(lines), 0, slots * sizeof(MarkAnnouncement));
+    }
     LWLockRelease(AddinShmemInitLock);
     announcements = lines;
     announcement_count = slots;

@@ -101,12 +101,11 @@ use File::Path qw(make_path remove_tree);
 use IPC::Run;
 use Time::HiRes ();
 
+use PtrackUnits qw(BLCKSZ lsn_to_int);
 use PtrackVerify
   qw(new_check_stats check_pagemap_row check_marked check_copied_page);
 
 our @EXPORT_OK = qw(full_backup incremental_backup restore start_restored read_manifest);
-
-use constant BLCKSZ => 8192;
 
 # ---------------------------------------------------------------------------
 # Which entries of a data directory a backup carries (the rules of
@@ -369,13 +368,6 @@ sub _read_file
 	return $c;
 }
 
-sub _lsn_to_int
-{
-	my ($lsn) = @_;
-	my ($hi, $lo) = split m{/}, $lsn;
-	return hex($hi) * 4294967296 + hex($lo);
-}
-
 # ---------------------------------------------------------------------------
 # One psql session driven through pipes.  A non-exclusive backup belongs to
 # the session that started it, so the whole incremental runs in one of
@@ -560,7 +552,7 @@ sub incremental_backup
 	croak "\"$dir\" exists" if -e $dir;
 	my $t_begin = Time::HiRes::time();
 	my $prev = read_manifest($prev_dir);
-	my $since_int = _lsn_to_int($since);
+	my $since_int = lsn_to_int($since);
 	my $datadir = $node->data_dir;
 	make_path("$dir/files", "$dir/delta", "$dir/wal");
 
@@ -793,8 +785,8 @@ sub _standby_segments
 	  if $now_tli != 0 && $now_tli != $tli;
 	my $per_id = int(4294967296 / $seg_size);
 	my @names;
-	for my $seg (int(_lsn_to_int($start) / $seg_size)
-		.. int((_lsn_to_int($stop) - 1) / $seg_size))
+	for my $seg (int(lsn_to_int($start) / $seg_size)
+		.. int((lsn_to_int($stop) - 1) / $seg_size))
 	{
 		push @names,
 		  [ sprintf('%08X%08X%08X', $tli, int($seg / $per_id), $seg % $per_id) ];
@@ -1036,20 +1028,26 @@ sub restore
 
 # Starts a node whose data directory restore() filled (its postgresql.conf is
 # the source's): points it at its own port and socket or address, starts it
-# and waits until recovery is over.
+# and waits until recovery is over.  With fail_ok => 1, returns 0 instead of
+# dying (or bailing out) when it does not start or does not finish recovery.
 sub start_restored
 {
-	my ($node) = @_;
+	my ($node, %opt) = @_;
 	my $host = $node->host;
 	$node->append_conf('postgresql.conf',
 		'port = ' . $node->port . "\n"
 		  . ($host =~ m{^/}
 			? "unix_socket_directories = '$host'\nlisten_addresses = ''"
 			: "listen_addresses = '$host'\nunix_socket_directories = ''"));
+	if ($opt{fail_ok})
+	{
+		return 0 unless $node->start(fail_ok => 1);
+		return $node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') ? 1 : 0;
+	}
 	$node->start;
 	$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
 	  or croak 'the restored cluster did not finish recovery';
-	return;
+	return 1;
 }
 
 1;

@@ -4,7 +4,7 @@
 
 =head1 NAME
 
-PtrackCluster - small helpers for TAP tests of ptrack's map persistence
+PtrackCluster - the node factory of ptrack's TAP tests, and what they ask of a node
 
 =head1 SYNOPSIS
 
@@ -19,14 +19,21 @@ PtrackCluster - small helpers for TAP tests of ptrack's map persistence
   my $offset = log_position($node);
   ...
   my $header = map_header($node->data_dir);   # undef if no ptrack.map
+  my $delta = ptrack_file($node->data_dir, 'ptrack.map.delta');
 
 =head1 DESCRIPTION
 
-Creates (but does not start) a PostgreSQL::Test::Cluster node with ptrack in
-shared_preload_libraries, and reads the header of F<ptrack.map> on its own,
-from the byte layout documented in include/ptrack/map_file.h and
-src/engine/map_file.cpp, so that tests can tell one map file from another
-without asking the server.
+Creates (but does not start) the PostgreSQL::Test::Cluster nodes of every TAP
+test, with ptrack in shared_preload_libraries, on the server and in the capture
+mode the suite runs (ptrack_node(), new_node(), capture_mode(),
+server_has_hooks(), server_major()); gives what tests ask of a node (the
+follower's PID, the server log since a point, ptrack_init_lsn(), a recovered
+standby, pg_rewind); and reads the header and the delta batches of
+F<ptrack.map> on its own, from the byte layout documented in
+include/ptrack/map_file.h and src/engine/map_file.cpp, so that tests can tell
+one map file from another without asking the server.  It knows where
+ptrack keeps its files: the data directory with the hooks, F<pg_wal/ptrack>
+with wal capture (src/pg/persist/state_files.h).
 
 =cut
 
@@ -43,8 +50,15 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
+use PtrackUnits qw(int_to_lsn);
+
 our @EXPORT_OK = qw(
   capture_mode
+  state_dir
+  ptrack_file
+  ptrack_path
+  ptrack_files_outside
+  to_old_layout
   new_node
   server_major
   server_has_hooks
@@ -59,6 +73,7 @@ our @EXPORT_OK = qw(
   follower_pid
   background_pgbench
   not_trusted_re
+  map_not_inherited_ok
   count_matches
   init_lsn
   rewind_from
@@ -86,6 +101,79 @@ sub capture_mode
 {
 	return $ENV{PTRACK_CAPTURE} if $ENV{PTRACK_CAPTURE};
 	return server_has_hooks() ? 'hooks' : 'wal';
+}
+
+=item state_dir($pgdata, $mode)
+
+The folder of ptrack's own files (ptrack.map, ptrack.map.delta,
+ptrack.limits, ptrack.sizes and their temporary files) in the data directory
+C<$pgdata> under capture mode C<$mode> (default capture_mode()): C<$pgdata>
+itself for the hooks, C<$pgdata/pg_wal/ptrack> for wal capture.
+
+=item ptrack_file($pgdata, $name, $mode)
+
+C<state_dir($pgdata, $mode)/$name>.
+
+=item ptrack_path($name, $mode)
+
+The same file as the server names it in its messages: relative to the data
+directory (F<ptrack.map>, F<pg_wal/ptrack/ptrack.map>).
+
+=item ptrack_files_outside($pgdata)
+
+The names of ptrack's files at the top of C<$pgdata> (ptrack.* and
+ptrack_*), sorted: with wal capture there must be none.
+
+=cut
+
+sub ptrack_path
+{
+	my ($name, $mode) = @_;
+	return (($mode // capture_mode()) eq 'wal' ? 'pg_wal/ptrack/' : '') . $name;
+}
+
+sub state_dir
+{
+	my ($pgdata, $mode) = @_;
+	return ($mode // capture_mode()) eq 'wal' ? "$pgdata/pg_wal/ptrack" : $pgdata;
+}
+
+sub ptrack_file
+{
+	my ($pgdata, $name, $mode) = @_;
+	return "$pgdata/" . ptrack_path($name, $mode);
+}
+
+sub ptrack_files_outside
+{
+	my ($pgdata) = @_;
+	opendir(my $dh, $pgdata) or croak "opendir $pgdata: $!";
+	my @names = sort grep { /^ptrack[._]/ } readdir $dh;
+	closedir $dh;
+	return @names;
+}
+
+=item to_old_layout($pgdata)
+
+In the data directory of a stopped node with wal capture: moves ptrack's
+own files from F<pg_wal/ptrack> to the top of the data directory, where the
+version of ptrack before this one kept them (the summaries stay).  Returns
+the names moved.
+
+=cut
+
+sub to_old_layout
+{
+	my ($pgdata) = @_;
+	my @moved;
+	for my $name (qw(ptrack.map ptrack.map.delta ptrack.limits ptrack.sizes ptrack.sizes.new))
+	{
+		my $from = ptrack_file($pgdata, $name, 'wal');
+		next unless -e $from;
+		rename($from, "$pgdata/$name") or croak "rename $from: $!";
+		push @moved, $name;
+	}
+	return @moved;
 }
 
 =item server_has_hooks()
@@ -260,10 +348,11 @@ sub ptrack_node
 
 =pod
 
-=item map_header($pgdata, $file)
+=item map_header($pgdata, $mode)
 
-Reads the header of C<$pgdata/$file> (default F<ptrack.map>) and returns a
-hashref, or undef if the file does not exist:
+Reads the header of F<ptrack.map> in the data directory C<$pgdata> (or a
+backup of one), where capture mode C<$mode> keeps it (ptrack_file(); default
+capture_mode()), and returns a hashref, or undef if the file does not exist:
 
   size                 file size in bytes
   magic                the first 8 bytes as a string
@@ -294,16 +383,10 @@ sub _crc32c
 	return $crc ^ 0xFFFFFFFF;
 }
 
-sub _lsn_text
-{
-	my ($value) = @_;
-	return sprintf('%X/%X', $value >> 32, $value & 0xFFFFFFFF);
-}
-
 sub map_header
 {
-	my ($pgdata, $file) = @_;
-	my $path = "$pgdata/" . ($file // 'ptrack.map');
+	my ($pgdata, $mode) = @_;
+	my $path = ptrack_file($pgdata, 'ptrack.map', $mode);
 	return undef unless -e $path;
 	my $size = -s $path;
 	open(my $fh, '<:raw', $path) or croak "could not open \"$path\": $!";
@@ -320,8 +403,8 @@ sub map_header
 	$h{data_checksum_version} = unpack('L', substr($bytes, 24, 4));
 	$h{chunk_bytes} = unpack('L', substr($bytes, 56, 4));
 	$h{flags} = unpack('L', substr($bytes, 60, 4));
-	$h{init_lsn} = _lsn_text(unpack('Q', substr($bytes, 64, 8)));
-	$h{covered_lsn} = _lsn_text(unpack('Q', substr($bytes, 72, 8)));
+	$h{init_lsn} = int_to_lsn(unpack('Q', substr($bytes, 64, 8)));
+	$h{covered_lsn} = int_to_lsn(unpack('Q', substr($bytes, 72, 8)));
 	$h{flush_redo_lsn} = $h{covered_lsn};
 	$h{source} = unpack('L', substr($bytes, 104, 4));
 	$h{timeline} = unpack('L', substr($bytes, 80, 4));
@@ -336,16 +419,16 @@ sub map_header
 
 =item set_map_server_major($pgdata, $major)
 
-Rewrites the PostgreSQL major version recorded in C<$pgdata/ptrack.map>
-(offset 108) and the header's CRC: the file then looks written by a server
-of that major version.
+Rewrites the PostgreSQL major version recorded in the F<ptrack.map> of
+C<$pgdata> (ptrack_file(), offset 108) and the header's CRC: the file then
+looks written by a server of that major version.
 
 =cut
 
 sub set_map_server_major
 {
 	my ($pgdata, $major) = @_;
-	my $path = "$pgdata/ptrack.map";
+	my $path = ptrack_file($pgdata, 'ptrack.map');
 	open(my $fh, '+<:raw', $path) or croak "could not open \"$path\": $!";
 	my $bytes;
 	read($fh, $bytes, 512) == 512 or croak "short read of \"$path\"";
@@ -361,7 +444,7 @@ sub set_map_server_major
 
 =item delta_batches($pgdata)
 
-The batches of C<$pgdata/ptrack.map.delta> (layout in
+The batches of the F<ptrack.map.delta> of C<$pgdata> (ptrack_file(); layout in
 include/ptrack/map_delta.h and src/engine/map_delta.cpp) up to the first one
 that is short or has a bad magic or header CRC: a list of hashrefs
 
@@ -376,7 +459,7 @@ Entry CRCs are not checked.  The empty list if there is no delta file.
 sub delta_batches
 {
 	my ($pgdata) = @_;
-	my $path = "$pgdata/ptrack.map.delta";
+	my $path = ptrack_file($pgdata, 'ptrack.map.delta');
 	return () unless -e $path;
 	open(my $fh, '<:raw', $path) or croak "could not open \"$path\": $!";
 	my $size = -s $fh;
@@ -394,8 +477,8 @@ sub delta_batches
 		$b{sequence} = unpack('L', substr($raw, 16, 4));
 		$b{flags} = unpack('L', substr($raw, 20, 4));
 		$b{entry_count} = unpack('Q', substr($raw, 24, 8));
-		$b{flush_redo_lsn} = _lsn_text(unpack('Q', substr($raw, 32, 8)));
-		$b{init_lsn} = _lsn_text(unpack('Q', substr($raw, 40, 8)));
+		$b{flush_redo_lsn} = int_to_lsn(unpack('Q', substr($raw, 32, 8)));
+		$b{init_lsn} = int_to_lsn(unpack('Q', substr($raw, 40, 8)));
 		$b{timeline} = unpack('L', substr($raw, 48, 4));
 		$b{bytes} = 64 + 16 * $b{entry_count};
 		last if $offset + $b{bytes} > $size;
@@ -492,7 +575,9 @@ sub log_since
 =item not_trusted_re($reason)
 
 A regex for the server's WARNING about a rejected map, with C<$reason> the
-exact text of the reason (C<undef> for any reason).
+exact text of the reason (C<undef> for any reason).  The map is named where
+either source keeps it (F<ptrack.map>, F<pg_wal/ptrack/ptrack.map>): after a
+change of ptrack.capture the refused map is the other source's.
 
 =item count_matches($text, $re)
 
@@ -503,8 +588,36 @@ How many times C<$re> matches in C<$text>.
 sub not_trusted_re
 {
 	my ($reason) = @_;
-	my $prefix = 'WARNING:  ptrack map file "ptrack\.map" is not trusted because ';
+	my $prefix = 'WARNING:  ptrack map file "(?:pg_wal/ptrack/)?ptrack\.map" is not trusted because ';
 	return defined $reason ? qr/$prefix\Q$reason\E$/m : qr/$prefix/;
+}
+
+=item map_not_inherited_ok($node, $offset, $label)
+
+One test: $node, started from a base backup of a ptrack node (its log from
+$offset on), does not use that node's map.  With the hooks the backup
+carried the map, and the server refuses it because of backup_label (the
+WARNING); with wal capture the backup carried none (pg_basebackup copies
+nothing of pg_wal/ptrack), and the server says that tracking starts afresh.
+
+=cut
+
+sub map_not_inherited_ok
+{
+	my ($node, $offset, $label) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $log = log_since($node, $offset);
+	if (capture_mode() eq 'wal')
+	{
+		my $map = quotemeta(ptrack_path('ptrack.map'));
+		Test::More::like($log, qr/LOG:  ptrack map file "$map" not found: change tracking starts afresh/,
+			"$label (wal capture: the backup carried no map)");
+		return;
+	}
+	Test::More::like($log,
+		not_trusted_re('a backup_label file is present (the data directory was restored from a backup or rewound)'),
+		$label);
+	return;
 }
 
 sub count_matches
@@ -530,27 +643,37 @@ sub init_lsn
 
 =pod
 
-=item rewind_from($node, $source)
+=item rewind_from($node, $source, %opts)
 
 pg_rewind of the stopped $node against the running $source (one test,
 command_ok), keeping $node's own F<postgresql.conf>: pg_rewind copies the
-source's configuration files too.
+source's configuration files too.  With C<test =E<gt> 0> no test is run:
+it dies with pg_rewind's output if pg_rewind fails (for a script that is
+not a test, scripts/soak.pl).
 
 =cut
 
 sub rewind_from
 {
-	my ($node, $source) = @_;
+	my ($node, $source, %opts) = @_;
 	my $pgdata = $node->data_dir;
+	# Outside the data directory, which pg_rewind overwrites.
 	my $conf_copy = $node->basedir . '/postgresql.conf.keep';
 	copy("$pgdata/postgresql.conf", $conf_copy) or die "copy: $!";
-	$node->command_ok(
-		[
-			'pg_rewind', '--target-pgdata', $pgdata,
-			'--source-server', $source->connstr('postgres'),
-			'--no-sync'
-		],
-		'pg_rewind of the old primary against the promoted standby');
+	my @rewind = (
+		'pg_rewind', '--target-pgdata', $pgdata,
+		'--source-server', $source->connstr('postgres'),
+		'--no-sync');
+	if (defined $opts{test} && !$opts{test})
+	{
+		my ($out, $err) = ('', '');
+		IPC::Run::run(\@rewind, '>', \$out, '2>', \$err)
+		  or croak 'pg_rewind of ' . $node->name . " failed:\n$out$err";
+	}
+	else
+	{
+		$node->command_ok(\@rewind, 'pg_rewind of the old primary against the promoted standby');
+	}
 	copy($conf_copy, "$pgdata/postgresql.conf") or die "copy: $!";
 	return;
 }

@@ -86,7 +86,7 @@ our @EXPORT_OK = qw(
   mismatch_blocks
 );
 
-use constant BLCKSZ => 8192;
+use PtrackUnits qw(BLCKSZ lsn_to_int int_to_lsn);
 
 croak 'PtrackOracle needs a Perl with 64-bit integers'
   unless $Config{ivsize} >= 8;
@@ -97,36 +97,12 @@ croak 'PtrackOracle needs a Perl with 64-bit integers'
 
 =over
 
-=item lsn_to_int($text)
+=item lsn_to_int($text), int_to_lsn($int), BLCKSZ
 
-C<'16/B374D848'> to the 64-bit integer C<0x16B374D848>.  Dies on anything that
-is not an LSN in PostgreSQL's C<%X/%X> text form.
-
-=cut
-
-sub lsn_to_int
-{
-	my ($text) = @_;
-	croak 'lsn_to_int: undefined LSN' unless defined $text;
-	$text =~ s/^\s+|\s+$//g;
-	my ($hi, $lo) = $text =~ m{^([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})$}
-	  or croak "lsn_to_int: not an LSN: '$text'";
-	return (hex($hi) << 32) | hex($lo);
-}
-
-=pod
-
-=item int_to_lsn($int)
-
-The inverse of lsn_to_int(): C<0x16B374D848> to C<'16/B374D848'>.
+PtrackUnits' own, exported here too for the tests that import them from
+this module.
 
 =cut
-
-sub int_to_lsn
-{
-	my ($int) = @_;
-	return sprintf('%X/%X', ($int >> 32) & 0xFFFFFFFF, $int & 0xFFFFFFFF);
-}
 
 # An LSN argument given either as text or as an integer.
 sub _lsn_arg

@@ -30,9 +30,10 @@ use warnings;
 use Carp;
 use Exporter 'import';
 use PtrackCluster;
+use PtrackUnits qw(int_to_lsn);
 
 our @EXPORT_OK = qw(summary_dir summaries chain_break describe_summaries lsn_text summary_temp_files
-  summary_name copy_summary_as summary_forks_in summary_fork_limits);
+  summary_name copy_summary_as summary_forks_in summary_fork_limits remove_summaries);
 
 =pod
 
@@ -42,11 +43,17 @@ our @EXPORT_OK = qw(summary_dir summaries chain_break describe_summaries lsn_tex
 
 =item summary_dir($pgdata)
 
-The directory of the summaries.
+The directory of the summaries (where wal capture keeps its map too).
+
+=item remove_summaries($pgdata)
+
+Removes the summary files (and their .tmp files) of a stopped server, and
+nothing else: what a data directory of a version of ptrack without
+summaries looks like, or one whose summaries were lost.
 
 =item lsn_text($lsn)
 
-An LSN (an integer) as PostgreSQL prints it.
+An LSN (an integer) as PostgreSQL prints it: PtrackUnits::int_to_lsn().
 
 =item summary_name($start, $end)
 
@@ -70,7 +77,8 @@ The first place where the chain breaks (a hole or an overlap), or ''.
 
 =item summary_temp_files($pgdata)
 
-The names of the .tmp files in the directory.
+The names of the summaries' .tmp files in the directory ("<name>.summary.tmp";
+the map's own files, which live there too, are not counted).
 
 =item copy_summary_as($pgdata, $source_name, $start, $end [, $flags])
 
@@ -101,7 +109,8 @@ since it was listed).
 
 sub summary_dir { my ($pgdata) = @_; return "$pgdata/pg_wal/ptrack"; }
 
-sub lsn_text { my ($v) = @_; return sprintf('%X/%X', $v >> 32, $v & 0xFFFFFFFF); }
+# PtrackUnits::int_to_lsn() under the name the summary tests know it by.
+*lsn_text = \&int_to_lsn;
 
 sub summary_name { my ($start, $end) = @_; return sprintf('%016X%016X.summary', $start, $end); }
 
@@ -244,11 +253,24 @@ sub summary_fork_limits
 		  summary_forks_in(summary_dir($pgdata) . "/$name") };
 }
 
+sub remove_summaries
+{
+	my ($pgdata) = @_;
+	my $dir = summary_dir($pgdata);
+	opendir(my $dh, $dir) or return;
+	for my $name (grep { /^[0-9A-F]{32}\.summary(?:\.tmp)?$/ } readdir $dh)
+	{
+		unlink("$dir/$name") or croak "unlink $dir/$name: $!";
+	}
+	closedir $dh;
+	return;
+}
+
 sub summary_temp_files
 {
 	my ($pgdata) = @_;
 	opendir(my $dh, summary_dir($pgdata)) or return ();
-	my @t = grep { /\.tmp$/ } readdir $dh;
+	my @t = grep { /^[0-9A-F]{32}\.summary\.tmp$/ } readdir $dh;
 	closedir $dh;
 	return @t;
 }

@@ -24,6 +24,10 @@
 # new_check_stats() gives these statistics zeroed.  After the restore:
 #
 #   compare_clusters($src, $dst)    row digests + amcheck
+#   cluster_digests($node), compare_digests($src, $dst), amcheck_cluster($dst)
+#                                   its parts, for a caller that digests the
+#                                   source at one moment and compares later
+#                                   (scripts/soak.pl)
 
 package PtrackVerify;
 
@@ -33,10 +37,10 @@ use warnings;
 use Exporter 'import';
 use Fcntl qw(SEEK_SET);
 
-our @EXPORT_OK = qw(new_check_stats check_pagemap_row check_marked
-  check_copied_page compare_clusters);
+use PtrackUnits qw(BLCKSZ);
 
-use constant BLCKSZ => 8192;
+our @EXPORT_OK = qw(new_check_stats check_pagemap_row check_marked
+  check_copied_page compare_clusters cluster_digests compare_digests amcheck_cluster);
 
 # ---------------------------------------------------------------------------
 # ptrack's answer, checked during an incremental backup
@@ -139,46 +143,52 @@ sub check_copied_page
 
 # Compares every permanent table (relkind r and m, i.e. also the leaves of
 # partitioned tables) of every database but template0 between $src and $dst,
-# by row count and an order-independent digest of the rows' text: the sum,
-# over rows, of the two 64-bit halves of md5(row::text), kept in numeric so
-# that it cannot overflow.  That streams (no sort, no 1 GB string limit) and
-# any changed, lost or extra row changes it.  Sequences are not compared:
-# nextval() WAL-logs 32 values ahead, so a restored sequence legitimately
-# runs ahead of its source.  Then runs amcheck on $dst:
-# bt_index_check(heapallindexed) on every btree index and verify_heapam on
-# every heap, toast and matview relation, catalogs included.
-# Returns the list of problems (empty = identical and clean).  With
-# report => \%r, fills $r{tables} = [ [db, table, rows, 'MATCH'|'MISMATCH'] ]
-# and $r{amcheck} = { indexes, relations, problems => [...] }.
+# by row count and an order-independent digest of the rows' text (see
+# cluster_digests), then runs amcheck on $dst (amcheck_cluster).  Returns the
+# list of problems (empty = identical and clean).  With report => \%r, fills
+# $r{tables} = [ [db, table, rows, 'MATCH'|'MISMATCH'] ] and $r{amcheck} =
+# { indexes, relations, problems => [...] }.
 sub compare_clusters
 {
 	my ($src, $dst, %opt) = @_;
 	my $report = $opt{report} // {};
-	$report->{tables} = [];
-	my @problems;
+	my @problems = compare_digests(cluster_digests($src), cluster_digests($dst), report => $report);
+	my $am = amcheck_cluster($dst);
+	$report->{amcheck} = $am;
+	push @problems, @{ $am->{problems} };
+	return @problems;
+}
 
+# The digests compare_clusters() compares, of one cluster: a hashref
+#   dbs     [ databases, sorted ]
+#   tables  { db => [ [ table, "rows|sum1|sum2" ] ... ] }, tables sorted
+# A table's digest is its row count and the sum, over rows, of the two
+# 64-bit halves of md5(row::text), kept in numeric so that it cannot
+# overflow: that streams (no sort, no 1 GB string limit) and any changed,
+# lost or extra row changes it.  Sequences are left out: nextval()
+# WAL-logs 32 values ahead, so a restored sequence legitimately runs ahead
+# of its source.  Databases that do not allow connections, or that an
+# interrupted DROP DATABASE left invalid, are left out.  With
+# large_objects => 1, pg_largeobject and pg_largeobject_metadata of each
+# database are digested too.  Taken from a paused source, the digests can be
+# compared later with a restored copy's (compare_digests).
+sub cluster_digests
+{
+	my ($node, %opt) = @_;
 	my $dbq = "SELECT datname FROM pg_database "
-	  . "WHERE datname <> 'template0' AND datallowconn ORDER BY 1";
-	my @src_dbs = split /\n/, $src->safe_psql('postgres', $dbq);
-	my @dst_dbs = split /\n/, $dst->safe_psql('postgres', $dbq);
-	push @problems, "databases differ: [@src_dbs] vs [@dst_dbs]"
-	  if "@src_dbs" ne "@dst_dbs";
-	my %on_dst = map { $_ => 1 } @dst_dbs;
-
+	  . "WHERE datname <> 'template0' AND datallowconn AND datconnlimit <> -2 ORDER BY 1";
 	my $tq = "SELECT c.oid::regclass::text FROM pg_class c "
 	  . "JOIN pg_namespace n ON n.oid = c.relnamespace "
 	  . "WHERE c.relkind IN ('r', 'm') AND c.relpersistence = 'p' "
 	  . "AND n.nspname <> 'information_schema' AND n.nspname !~ '^pg_' "
+	  . ($opt{large_objects}
+		? "OR c.oid IN ('pg_largeobject'::regclass, 'pg_largeobject_metadata'::regclass) "
+		: '')
 	  . "ORDER BY 1";
-	for my $db (grep { $on_dst{$_} } @src_dbs)
+	my %d = (dbs => [ split /\n/, $node->safe_psql('postgres', $dbq) ], tables => {});
+	for my $db (@{ $d{dbs} })
 	{
-		my @src_t = split /\n/, $src->safe_psql($db, $tq);
-		my @dst_t = split /\n/, $dst->safe_psql($db, $tq);
-		push @problems, "$db: tables differ: [@src_t] vs [@dst_t]"
-		  if "@src_t" ne "@dst_t";
-		my %t_dst = map { $_ => 1 } @dst_t;
-		my @tables = grep { $t_dst{$_} } @src_t;
-		next unless @tables;
+		my @tables = split /\n/, $node->safe_psql($db, $tq);
 		my $sql = join '',
 		  map {
 			"SELECT count(*), "
@@ -186,20 +196,55 @@ sub compare_clusters
 			  . "coalesce(sum(('x' || substr(h, 17, 16))::bit(64)::bigint::numeric), 0) "
 			  . "FROM (SELECT md5(ptrack_row__::text) AS h FROM $_ ptrack_row__) d;\n"
 		  } @tables;
-		my @a = split /\n/, $src->safe_psql($db, $sql);
-		my @b = split /\n/, $dst->safe_psql($db, $sql);
-		for my $i (0 .. $#tables)
+		my @digests = @tables ? split /\n/, $node->safe_psql($db, $sql) : ();
+		$d{tables}{$db} = [ map { [ $tables[$_], $digests[$_] // '' ] } 0 .. $#tables ];
+	}
+	return \%d;
+}
+
+# The differences between the digests $src (the source) and $dst (the
+# restored copy) as a list of problems.  With report => \%r, fills $r{tables} as
+# compare_clusters() does.
+sub compare_digests
+{
+	my ($src, $dst, %opt) = @_;
+	my $report = $opt{report} // {};
+	$report->{tables} = [];
+	my @problems;
+	my @src_dbs = @{ $src->{dbs} };
+	my @dst_dbs = @{ $dst->{dbs} };
+	push @problems, "databases differ: [@src_dbs] vs [@dst_dbs]"
+	  if "@src_dbs" ne "@dst_dbs";
+	my %on_dst = map { $_ => 1 } @dst_dbs;
+	for my $db (grep { $on_dst{$_} } @src_dbs)
+	{
+		my @src_t = map { $_->[0] } @{ $src->{tables}{$db} };
+		my @dst_t = map { $_->[0] } @{ $dst->{tables}{$db} };
+		push @problems, "$db: tables differ: [@src_t] vs [@dst_t]"
+		  if "@src_t" ne "@dst_t";
+		my %dst = map { $_->[0] => $_->[1] } @{ $dst->{tables}{$db} };
+		for my $t (grep { exists $dst{ $_->[0] } } @{ $src->{tables}{$db} })
 		{
-			my ($rows) = split /\|/, $a[$i];
-			my $same = $a[$i] eq ($b[$i] // '');
-			push @{ $report->{tables} },
-			  [ $db, $tables[$i], $rows, $same ? 'MATCH' : 'MISMATCH' ];
-			push @problems,
-			  "$db: $tables[$i]: source $a[$i], restored " . ($b[$i] // 'none')
+			my ($table, $digest) = @$t;
+			my ($rows) = split /\|/, $digest;
+			my $same = $digest eq $dst{$table};
+			push @{ $report->{tables} }, [ $db, $table, $rows, $same ? 'MATCH' : 'MISMATCH' ];
+			push @problems, "$db: $table: source $digest, restored $dst{$table}"
 			  unless $same;
 		}
 	}
+	return @problems;
+}
 
+# amcheck on every database of $dst: bt_index_check(heapallindexed) on every
+# valid btree index and verify_heapam on every heap, toast and matview
+# relation, catalogs included.  Returns { indexes, relations, problems }.
+sub amcheck_cluster
+{
+	my ($dst) = @_;
+	my @dst_dbs = split /\n/, $dst->safe_psql('postgres',
+		"SELECT datname FROM pg_database "
+		  . "WHERE datname <> 'template0' AND datallowconn AND datconnlimit <> -2 ORDER BY 1");
 	my %am = (indexes => 0, relations => 0, problems => []);
 	for my $db (@dst_dbs)
 	{
@@ -258,9 +303,7 @@ EOSQL
 			}
 		}
 	}
-	$report->{amcheck} = \%am;
-	push @problems, @{ $am{problems} };
-	return @problems;
+	return \%am;
 }
 
 1;

@@ -1,6 +1,6 @@
 /*
  * t/unit/map_atomic_test.cpp -- proves the write-side primitives of the map
- * (docs/design.md section 3.2, lock-free atomic max, and section 3.3, LSNs
+ * (docs/design.md section 3.3: lock-free atomic max, and LSNs
  * rounded up to a granule):
  *
  * - atomic_max_lsn never lowers a slot, and raises it to exactly the value;

@@ -6,7 +6,7 @@
  * - a header round-trips field by field; any flipped byte is caught (magic,
  *   CRC), a wrong version and an impossible geometry are refused;
  * - file arithmetic: chunk count, 4 KB-aligned data offset, short last chunk;
- * - every trust rule of docs/design.md section 4 rejects with its own reason, and
+ * - every trust rule of docs/design.md section 5.2 rejects with its own reason, and
  *   a clean or crash-with-full-page-writes case is trusted;
  * - delta batches: the header round-trips and detects corruption; collecting
  *   words >= threshold finds exactly the slots marked since, and applying

@@ -1,6 +1,6 @@
 /*
  * t/unit/map_geometry_test.cpp -- proves that MapGeometry::for_bytes sizes the
- * map correctly (docs/design.md section 3):
+ * map correctly (docs/design.md section 3.3):
  *
  * - exact line and summary counts for 1 MB, 64 MB, 1 GB and 64 GB (and 1 TB),
  *   computed in 64-bit arithmetic without overflow;
@@ -204,7 +204,7 @@ TEST(MapGeometry, Equality)
     EXPECT_TRUE(a == c);
 }
 
-/* The map wal capture keeps (docs/design.md section 9): one segment's summary window and one line, about 1 KB. */
+/* The map wal capture keeps (docs/design.md section 4.6): one segment's summary window and one line, about 1 KB. */
 TEST(MapGeometry, SmallestIsValidAndTiny)
 {
     const MapGeometry g = MapGeometry::smallest(kRelSegSize);

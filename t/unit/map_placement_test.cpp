@@ -1,6 +1,6 @@
 /*
  * t/unit/map_placement_test.cpp -- proves where Map::slots_of and
- * Map::summary_slot_index put a block (docs/design.md section 3):
+ * Map::summary_slot_index put a block (docs/design.md section 3.3):
  *
  * - a block's two slots are in two different cache lines whenever the map has
  *   more than one line, and both are slot block % 8 of their line;

@@ -1,6 +1,6 @@
 /*
  * t/unit/map_probe_test.cpp -- proves the read side of the two-probe map
- * (docs/design.md sections 1 and 3):
+ * (docs/design.md sections 1 and 3.3):
  *
  * - a block reads as changed since L only if BOTH of its slots are >= L:
  *   one slot alone (set by hand) is not enough;

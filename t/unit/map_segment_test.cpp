@@ -1,6 +1,6 @@
 /*
  * t/unit/map_segment_test.cpp -- proves Map::segment_pagemap and the segment
- * summary (docs/design.md sections 3 and 5):
+ * summary (docs/design.md sections 3.3 and 6):
  *
  * - an unmarked segment, with use_summary, returns 0 and an all-zero bitmap
  *   (even over a buffer full of garbage), and is answered from the summary:

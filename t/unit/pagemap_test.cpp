@@ -1,6 +1,6 @@
 /*
  * t/unit/pagemap_test.cpp -- proves the page bitmap encoding of the
- * `pagemap` column (docs/design.md section 5, as read by pg_probackup's
+ * `pagemap` column (docs/design.md section 6, as read by pg_probackup's
  * datapagemap): bit for block b is byte b / 8, mask 1 << (b % 8).
  *
  * - pagemap_bytes is (nblocks + 7) / 8, without 32-bit overflow;

@@ -1,6 +1,7 @@
 /*
- * capture.cpp -- mark announcements (see capture.h), the whole-directory capture used after
- * a directory copy, and the limit events of the WAL follower; see capture.h.
+ * capture.cpp -- mark announcements (see capture.h), the whole-directory
+ * capture used after a directory copy, and the restarts of tracking; see
+ * capture.h.
  */
 extern "C" {
 #include "postgres.h"
@@ -82,28 +83,6 @@ void restart_tracking(const char* reason)
 {
     if (map.attached())
         restart_tracking_at(current_mark_lsn(), reason);
-}
-
-void capture_limit(const RelFork& rel, BlockNumber limit, Lsn lsn) noexcept
-{
-    if (!limits.attached())
-        return;
-    /*
-     * A file created or dropped (limit 0) needs no entry: its caller (the
-     * follower's sink, capture_wal.cpp) has the file growth watch show every
-     * block it gets afterwards.  A limit-0 entry would add nothing but false
-     * positives: a burst of DDL fills the buckets, and every relation hashed
-     * to one is then listed whole.
-     */
-    if (limit != 0)
-        limits.set_relation_limit(rel, limit, lsn);
-}
-
-void capture_database(uint32_t spc, uint32_t db, Lsn lsn) noexcept
-{
-    if (!limits.attached())
-        return;
-    limits.set_database_limit(spc, db, lsn);
 }
 
 void restart_tracking_at(Lsn now, const char* reason)

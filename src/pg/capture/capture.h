@@ -1,18 +1,17 @@
 /*
- * capture.h -- the one door through which changes reach the map.
+ * capture.h -- how the hooks' writes reach the map, and how any source
+ * restarts tracking.
  *
- * Every capture source marks the map through these functions and nothing
- * else: the storage-manager hooks of the core patch (hooks/capture_hooks.cpp)
- * mark each block as it is written (capture_block_written()); the WAL
- * follower of unpatched servers (wal/capture_wal.cpp) marks the map only
- * with the developer setting ptrack.wal_legacy_map (it keeps an exact change
- * set instead): the blocks each record changed, with the record's end LSN
- * (capture_block_at(), capture_limit(), capture_database()).  Neither the map nor the SQL layer
- * marks anything itself.
+ * The storage-manager hooks of the core patch (hooks/capture_hooks.cpp)
+ * mark each block as it is written (capture_block_written()) and the blocks
+ * of a directory copied whole (capture_relation_files()); neither the map
+ * nor the SQL layer marks anything itself.  The WAL follower of unpatched
+ * servers (wal/follower.h) marks no map: it keeps exact change
+ * summaries, and comes here only to restart tracking.
  *
- * INTERFACE: capture_block_written(), capture_block_at(), capture_limit(),
- * capture_database(), capture_relation_files(), restart_tracking(),
- * restart_tracking_at(); for a map save, wait_for_marks_in_progress().
+ * INTERFACE: capture_block_written(), capture_relation_files(),
+ * restart_tracking(), restart_tracking_at(); for a map save,
+ * wait_for_marks_in_progress().
  */
 #ifndef PTRACK_PG_CAPTURE_H
 #define PTRACK_PG_CAPTURE_H
@@ -81,7 +80,7 @@ __attribute__((always_inline)) inline const Map::SegmentRef& cached_segment_ref(
 struct alignas(64) MarkAnnouncement {
     Atomic<uint64_t> state; /* written only by its process: odd while a mark is in progress */
 };
-extern MarkAnnouncement* announcements; /* in shared memory, one per PGPROC */
+extern MarkAnnouncement* announcements; /* in shared memory, one per PGPROC; none with the wal source (ptrack.cpp) */
 extern uint32_t announcement_count;
 inline MarkAnnouncement* my_announcement = nullptr; /* this process's line, set by attach */
 inline uint64_t my_generation = 0;
@@ -111,28 +110,6 @@ __attribute__((always_inline)) inline void capture_block_written(const RelFork& 
     my_generation += 2;
     announcement->state.store(my_generation, Order::kRelease);
 }
-
-/*
- * Marks `block` of `rel` as changed at `lsn`: for the WAL follower, which
- * marks with each record's end LSN.  No announcement: the follower is the
- * only process that marks in wal mode, and it also makes that mode's map
- * saves, so no save can run between its reading an LSN and storing it.
- */
-inline void capture_block_at(const RelFork& rel, BlockNumber block, Lsn lsn) noexcept
-{
-    map.mark_in_segment(cached_segment_ref(rel, block), block, lsn);
-}
-
-/*
- * Every block >= `limit` of `rel` counts as changed at `lsn` from now on
- * (the limit table, ptrack/limit_table.h): a truncation to `limit` blocks, or
- * limit 0 for a created or dropped relation fork.  For the WAL follower
- * only, its single writer; lock-free, no allocation, no error.
- */
-void capture_limit(const RelFork& rel, BlockNumber limit, Lsn lsn) noexcept;
-
-/* Every block of every file of database directory (spc, db) counts as changed at `lsn`.  As capture_limit(). */
-void capture_database(uint32_t spc, uint32_t db, Lsn lsn) noexcept;
 
 /*
  * Marks every block of every permanent relation file directly inside `dir`

@@ -3,12 +3,12 @@
  * save sequence every source runs through its table of operations.
  *
  * The save order is a correctness rule, not a habit: the sizes of relation
- * files (file_growth.h) and the limit table (limit_file_io.h) are written
- * before the map, and the map only if both were, so that a saved map is
- * never ahead of the files it is loaded with; the sizes file is promoted
+ * files (file_growth.h) are written before the map, and the map only if
+ * they were, so that a saved map is never ahead of the file it is loaded
+ * with; the sizes file is promoted
  * after the map (growth_commit_save()), and only then may the source drop
  * what the saved map now covers (the hooks' bypass journal, the follower's
- * WAL).  docs/design.md section 4.
+ * WAL).  docs/design.md section 2.
  */
 extern "C" {
 #include "postgres.h"
@@ -16,7 +16,7 @@ extern "C" {
 
 #include "capture/capture_source.h"
 #include "capture/file_growth.h"
-#include "persist/limit_file_io.h"
+#include "persist/state_files.h"
 
 namespace ptrack::pg {
 
@@ -43,7 +43,7 @@ bool save_map(const CaptureSourceOps& source)
 {
     source.save_prepare();
     const Lsn covered = source.save_covered_lsn();
-    if (!source.save_sizes(covered) || (source.saves_limits && !save_limits(covered))) {
+    if (!ensure_state_folder("its map") || !source.save_sizes(covered)) {
         save_stats_record_failure(); /* flush_map() counts its own */
         return false;
     }

@@ -1,16 +1,17 @@
 /*
- * capture_source.h -- which capture source feeds the map, and what each
- * source owns: the clock it marks with, the LSN up to which its saved marks
- * are complete, and what triggers a map save (docs/design.md section 2).
+ * capture_source.h -- which capture source runs, and what each source
+ * owns: the LSN it dates a change with, the LSN up to which its saved state
+ * is complete, and what triggers a save (docs/design.md section 2).
  *
  *   hooks  the core patch's storage-manager hooks (capture_hooks.cpp).
- *          Marks with the insert LSN (replay LSN in recovery); the map is
- *          saved by the checkpointer at the end of every sync phase, complete
- *          up to that checkpoint's redo LSN.
+ *          Marks a map with the insert LSN (replay LSN in recovery); the map
+ *          is saved by the checkpointer at the end of every sync phase,
+ *          complete up to that checkpoint's redo LSN.
  *   wal    a background worker that follows the WAL (capture_wal.cpp).
- *          Marks with each record's end LSN; it saves the map itself, complete
- *          up to the end of the last record it applied, and keeps the WAL
- *          after that point with a replication slot of its own.
+ *          Records each change at its record's end LSN in a change set,
+ *          written as summary files; it saves its resume point itself,
+ *          complete up to the end of the last record it applied, and keeps
+ *          the WAL after that point with a replication slot of its own.
  *
  * ptrack.capture = auto | hooks | wal (postmaster only) picks one at startup
  * (ptrack.cpp): auto takes hooks when the running server has them, else wal.
@@ -48,6 +49,21 @@ struct SourceStatus {
  * One capture source's operations.  Entries are plain function pointers,
  * every one set (a source with nothing to do has a no-op), called only off
  * the write path.
+ *
+ * A table is a constant built field by field, each field named where it is
+ * set, and checked by the compiler (C++17 has no designated initializers):
+ *
+ *     constexpr CaptureSourceOps kWalSource = [] {
+ *         CaptureSourceOps ops{};
+ *         ops.name = "wal";
+ *         ...
+ *         return ops;
+ *     }();
+ *     static_assert(source_ops_complete(kWalSource), "...");
+ *
+ * constexpr makes it a constant (initialised before any code runs, in
+ * read-only memory), a misspelt field does not compile, and the
+ * static_assert fails the build when an entry is left unset.
  */
 struct CaptureSourceOps {
     const char* name;              /* SHOW ptrack.capture, ptrack_status().capture */
@@ -68,15 +84,13 @@ struct CaptureSourceOps {
      * The steps of save_map() that differ, in the order it runs them:
      * save_prepare (the bypass journal set aside; a size walk),
      * save_covered_lsn, save_sizes (ptrack.sizes.new for that LSN),
-     * ptrack.limits if `saves_limits`, save_point (the threshold of the
-     * next delta; waits for the marks in progress), then, after the map and
-     * the sizes are saved, save_done (the bypass journal retired; the slot
-     * advanced).
+     * save_point (the threshold of the next delta; waits for the marks in
+     * progress), then, after the map and the sizes are saved, save_done
+     * (the bypass journal retired; the slot advanced).
      */
     void (*save_prepare)();
     Lsn (*save_covered_lsn)();
     bool (*save_sizes)(Lsn covered);
-    bool saves_limits;
     SavePoint (*save_point)(Lsn covered);
     void (*save_done)(Lsn covered);
 
@@ -89,9 +103,7 @@ struct CaptureSourceOps {
     void (*wait_until_fresh)();
     /*
      * Where the answers come from, in a backend after wait_until_fresh:
-     * false, the map (hooks; wal with ptrack.wal_legacy_map and
-     * ptrack.wal_answer_source = map); true,
-     * the summary files (persist/summary_io.h), and *summarized is the end
+     * false, the map (hooks); true (wal), the summary files (persist/summary_io.h), and *summarized is the end
      * of the newest one (0: none yet).  With `cut`, first has the follower
      * write every change recorded so far into a summary, so that the files
      * hold every change made before the call (wal: the cut handshake of
@@ -113,6 +125,23 @@ struct CaptureSourceOps {
     bool (*status)(SourceStatus* out);
 };
 
+/*
+ * Every entry of `ops` is set, but those that may be nullptr by their
+ * comment (drops_follower_slot, persistence.migrate_loaded): for the
+ * static_assert after each table.
+ */
+constexpr bool source_ops_complete(const CaptureSourceOps& ops)
+{
+    const SourcePersistence& p = ops.persistence;
+    return ops.name != nullptr && p.files_dir != nullptr && p.fresh_init_detail != nullptr && p.save_failure_detail != nullptr &&
+           p.save_failure_hint != nullptr && p.before_load != nullptr && p.start_fresh != nullptr &&
+           p.continue_loaded != nullptr && p.marks_map != nullptr && ops.install != nullptr &&
+           ops.save_prepare != nullptr && ops.save_covered_lsn != nullptr && ops.save_sizes != nullptr &&
+           ops.save_point != nullptr && ops.save_done != nullptr && ops.wait_until_fresh != nullptr &&
+           ops.summaries != nullptr && ops.wait_for_marks != nullptr && ops.not_running != nullptr &&
+           ops.status != nullptr;
+}
+
 extern const CaptureSourceOps kHooksSource; /* capture_hooks.cpp */
 extern const CaptureSourceOps kWalSource;   /* capture_wal.cpp */
 
@@ -124,10 +153,9 @@ void set_running_source(const CaptureSourceOps* source);
 
 /*
  * The one save sequence of every source, in the process that saves (the
- * checkpointer, the follower): the sizes (file_growth.h) and the limit table
- * (limit_file_io.h) before the map, so that a saved map is never ahead of
- * either; the map (flush_map()); then the sizes promoted and the source's
- * own step after it.  True when the map was saved; on a failure the step
+ * checkpointer, the follower): the sizes (file_growth.h) before the map, so
+ * that a saved map is never ahead of them; the map (flush_map()); then the
+ * sizes promoted and the source's own step after it.  True when the map was saved; on a failure the step
  * logged a WARNING, SaveStats counts it, and the previous save stays in
  * force.
  */

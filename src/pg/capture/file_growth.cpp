@@ -28,10 +28,10 @@ extern "C" {
 }
 
 #include "core/boundary.h"
-#include "capture/capture.h"
 #include "core/datadir_walk.h"
 #include "capture/file_growth.h"
 #include "persist/map_io.h"
+#include "persist/state_files.h"
 #include "compat/compat.h"
 #include "ptrack/map_file.h" /* kUnrecordedServerMajor */
 
@@ -39,8 +39,9 @@ namespace ptrack::pg {
 
 namespace {
 
-constexpr const char* kSizesFileName = "ptrack.sizes";
-constexpr const char* kSizesNewFileName = "ptrack.sizes.new";
+/* ptrack.sizes and ptrack.sizes.new, in the running source's folder (persist/state_files.h). */
+const char* sizes_file() { return state_file(StateFile::kSizes); }
+const char* sizes_new_file() { return state_file(StateFile::kSizesNew); }
 constexpr char kSizesMagic[8] = {'P', 'T', 'R', 'K', 'S', 'I', 'Z', 'E'};
 constexpr uint32_t kSizesVersion = 1;
 constexpr size_t kSizesHeaderBytes = 64;
@@ -86,7 +87,7 @@ struct Growth {
 HTAB* sizes = nullptr;
 uint32_t walk_number = 0;
 
-/* growth_set_marks_map(): the growth found is marked in the map (hooks; wal with the legacy map). */
+/* growth_set_marks_map(): a walk's growth is marked in the map (hooks). */
 bool marks_map = true;
 
 /* Growth a walk saw that no summary holds at its date yet (file_growth.h, growth_set_recorder()). */
@@ -455,11 +456,11 @@ void growth_reset()
 bool growth_load(Lsn covered, char* why, size_t why_len)
 {
     char why_new[128], why_old[128];
-    if (load_file(kSizesNewFileName, covered, why_new, sizeof(why_new)) ||
-        load_file(kSizesFileName, covered, why_old, sizeof(why_old)))
+    if (load_file(sizes_new_file(), covered, why_new, sizeof(why_new)) ||
+        load_file(sizes_file(), covered, why_old, sizeof(why_old)))
         return true;
     if (why != nullptr)
-        snprintf(why, why_len, "\"%s\": %s; \"%s\": %s", kSizesFileName, why_old, kSizesNewFileName, why_new);
+        snprintf(why, why_len, "\"%s\": %s; \"%s\": %s", sizes_file(), why_old, sizes_new_file(), why_new);
     return false;
 }
 
@@ -665,12 +666,8 @@ BlockNumber growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn l
     }
     if (offset < entry->dated)
         return block;
-    /* The map's marks from the size last seen (a walk marked the rest); the set's from the size the WAL dated. */
-    const BlockNumber first = segno * static_cast<BlockNumber>(RELSEG_SIZE);
-    const BlockNumber gap = first + entry->dated;
-    if (marks_map)
-        for (uint32_t b = entry->nblocks; b < offset; ++b)
-            capture_block_at(rel, first + b, lsn);
+    /* The set's blocks from the size the WAL dated. */
+    const BlockNumber gap = segno * static_cast<BlockNumber>(RELSEG_SIZE) + entry->dated;
     entry->nblocks = Max(entry->nblocks, offset + 1);
     entry->dated = offset + 1;
     return gap;
@@ -757,26 +754,26 @@ bool growth_prepare_save(Lsn covered)
     memcpy(header + 60, &header_crc, 4);
 
     /* The new file must survive a crash right after the map save that needs it: fsync its directory too. */
-    const bool ok = write_file_fsynced(kSizesNewFileName, file, bytes, "relation file sizes") &&
-                    fsync_data_directory_for_save("relation file sizes");
+    const bool ok = write_file_fsynced(sizes_new_file(), file, bytes, "relation file sizes") &&
+                    fsync_state_folder_for_save("relation file sizes");
     pfree(file);
     return ok;
 }
 
 void growth_commit_save()
 {
-    if (durable_rename(kSizesNewFileName, kSizesFileName, DEBUG1) == 0)
+    if (durable_rename(sizes_new_file(), sizes_file(), DEBUG1) == 0)
         return;
     /* The map is saved and ptrack.sizes.new matches it: what is at stake is the next save. */
     save_stats_record_failure();
     ereport(WARNING, (errcode_for_file_access(),
-                      errmsg("ptrack could not rename \"%s\" to \"%s\": %m", kSizesNewFileName, kSizesFileName),
+                      errmsg("ptrack could not rename \"%s\" to \"%s\": %m", sizes_new_file(), sizes_file()),
                       errdetail("The map saved now goes with \"%s\". A crash during a later save, before this "
                                 "rename succeeds, makes ptrack refuse the map, and the next backup must be full.",
-                                kSizesNewFileName),
-                      errhint("Make \"%s\" in the data directory a regular file writable by the server's user, "
+                                sizes_new_file()),
+                      errhint("Make \"%s\" a regular file writable by the server's user, "
                               "or remove it; the next save retries.",
-                              kSizesFileName)));
+                              sizes_file())));
 }
 
 bool growth_save_before_recovery(Lsn redo)
@@ -793,32 +790,26 @@ bool growth_save_before_recovery(Lsn redo)
 void growth_settle_files(Lsn covered)
 {
     struct stat st;
-    if (stat(kSizesNewFileName, &st) != 0)
+    if (stat(sizes_new_file(), &st) != 0)
         return;
     char why[160] = "no map needs it";
     bool needed = false;
     if (covered != 0) {
         growth_create();
-        needed = load_file(kSizesNewFileName, covered, why, sizeof(why));
+        needed = load_file(sizes_new_file(), covered, why, sizeof(why));
         forget_table();
     }
     if (needed) {
         /* On failure durable_rename() warns, and the file stays: it is still the one the map needs. */
-        if (durable_rename(kSizesNewFileName, kSizesFileName, WARNING) == 0)
-            ereport(LOG, (errmsg("ptrack completed an interrupted save: renamed \"%s\" to \"%s\"", kSizesNewFileName,
-                                 kSizesFileName)));
+        if (durable_rename(sizes_new_file(), sizes_file(), WARNING) == 0)
+            ereport(LOG, (errmsg("ptrack completed an interrupted save: renamed \"%s\" to \"%s\"", sizes_new_file(),
+                                 sizes_file())));
         return;
     }
-    if (unlink(kSizesNewFileName) == 0)
-        ereport(LOG, (errmsg("ptrack removed leftover file \"%s\": %s", kSizesNewFileName, why)));
+    if (unlink(sizes_new_file()) == 0)
+        ereport(LOG, (errmsg("ptrack removed leftover file \"%s\": %s", sizes_new_file(), why)));
     else if (errno != ENOENT)
-        ereport(WARNING, (errcode_for_file_access(), errmsg("could not remove file \"%s\": %m", kSizesNewFileName)));
-}
-
-void remove_sizes_files()
-{
-    remove_file_if_exists(kSizesNewFileName, LOG);
-    remove_file_if_exists(kSizesFileName, LOG);
+        ereport(WARNING, (errcode_for_file_access(), errmsg("could not remove file \"%s\": %m", sizes_new_file())));
 }
 
 }  // namespace ptrack::pg

@@ -1,6 +1,6 @@
 /*
  * file_growth.h -- relation extension that the WAL never shows, for the WAL
- * follower (docs/design.md section 7).
+ * follower (docs/design.md section 4.3).
  *
  * PostgreSQL extends relation files with zero pages that get no WAL record
  * until they are first used, and some never are (bulk extension of a heap,
@@ -11,8 +11,9 @@
  *
  *   - it keeps the size of every relation segment file as of its last look
  *     (a "walk" of the data directory, one stat() per file);
- *   - each walk marks the blocks a file gained since the previous walk with
- *     an LSN read after the walk: >= the WAL position at the moment of any
+ *   - each walk dates the blocks a file gained since the previous walk with
+ *     an LSN read after the walk (the follower records them in its change
+ *     set: growth_set_recorder()): >= the WAL position at the moment of any
  *     extension the walk saw, so pagemapset(L) lists every block added after
  *     L once a walk has seen it;
  *   - truncation, creation and drop records lower the remembered size
@@ -25,7 +26,7 @@
  *     (wal/growth_watch.h, growth_walk_some());
  *   - the sizes are saved with the map (ptrack.sizes), with the covered LSN
  *     of that save, so that after a restart the follower resumes with the
- *     sizes the saved marks were made from.  Saving writes ptrack.sizes.new
+ *     sizes its saved state was made from.  Saving writes ptrack.sizes.new
  *     before the map and renames it over ptrack.sizes after, so whichever
  *     save the map file holds, one of the two files matches its covered LSN.
  *
@@ -34,7 +35,7 @@
  * in-memory marks by a crash has no WAL to re-mark it.  The checkpointer
  * walks before each save (growth_walk() with `skip_marked_since`) and saves
  * the sizes with the map; after a crash the postmaster marks what the files
- * gained since (growth_mark_since_save()).  docs/design.md section 4.8.
+ * gained since (growth_mark_since_save()).  docs/design.md section 3.7.
  *
  * The table lives in the process that saves the map (the follower, or the
  * checkpointer); C-style frames (may ERROR).
@@ -107,7 +108,7 @@ const char* growth_mark_since_save(Lsn covered, Lsn lsn, Map* map, uint64_t* blo
  * there, else records a baseline.  Each walk marks the growth the map does
  * not show marked since the previous walk began: the hooks mark a block
  * after mdextend() wrote it, so a walk can see a block whose mark is still
- * to come (docs/design.md section 4.8).  False on failure, WARNING logged (a
+ * to come (docs/design.md section 3.7).  False on failure, WARNING logged (a
  * file that cannot be written, a directory that cannot be read: the ERROR
  * is caught, so the checkpoint goes on; the table starts over).
  */
@@ -116,8 +117,7 @@ bool growth_prepare_hooks_save(Lsn covered, Lsn loaded_covered);
 /*
  * A WAL record ending at `lsn` references `block` of `rel`: the file had at
  * least block + 1 blocks before it, so blocks between the remembered size
- * and `block` were added before `lsn`: they are marked with it now (if the
- * map is marked: growth_set_marks_map()), and the remembered size grows.
+ * and `block` were added before `lsn`, and the remembered size grows.
  * Returns the first block the WAL had not dated yet (`block` if none; below
  * the remembered size when a walk saw them first): the caller records
  * [that, block) in its change set, and they count as dated from now on
@@ -138,14 +138,14 @@ void growth_database_replaced(uint32_t spc, uint32_t db);
  * every relation file as it is before the startup process replays anything
  * and saves them as ptrack.sizes for `redo`, the LSN recovery starts from,
  * so that a fresh map's follower can take them as its baseline instead of a
- * walk made after replay (docs/design.md section 7.1).  Leaves no table
+ * walk made after replay (docs/design.md section 4.7).  Leaves no table
  * behind; false (WARNING logged) if the file could not be written.  Raises
  * an ERROR if the data directory cannot be read.
  */
 bool growth_save_before_recovery(Lsn redo);
 
 /*
- * The WAL follower's change set (docs/design.md section 9).  A walk dates
+ * The WAL follower's change set (docs/design.md section 4.3).  A walk dates
  * the growth it sees with the LSN read after it, P; that growth must end up
  * in a summary whose end is > P, and the follower cuts summaries at LSNs
  * it has applied, usually below P.  So each grown segment is kept pending,
@@ -181,10 +181,10 @@ bool growth_save_before_recovery(Lsn redo);
  */
 using GrowthRecorder = bool (*)(const RelFork& rel, BlockNumber first, Lsn lsn);
 /*
- * Whether growth_walk() and growth_block_referenced() also mark the growth
- * in the map (true by default: the hooks source).  The WAL follower turns it
+ * Whether growth_walk() also marks the growth in the map (true by default:
+ * the hooks source).  The WAL follower turns it
  * off: its changes go to its change set only, and the map keeps only the
- * resume point (docs/design.md section 9).
+ * resume point (docs/design.md section 4.6).
  */
 void growth_set_marks_map(bool marks);
 void growth_set_recorder(GrowthRecorder recorder);
@@ -209,9 +209,6 @@ void growth_commit_save();
  * only ptrack.sizes counts.  C-style frame (may ERROR on out of memory).
  */
 void growth_settle_files(Lsn covered);
-
-/* Removes ptrack.sizes and ptrack.sizes.new (tracking off); any process. */
-void remove_sizes_files();
 
 }  // namespace ptrack::pg
 

@@ -2,7 +2,7 @@
  * startup_scan.h -- the startup scan: before recovery starts, the postmaster
  * reads the WAL left in pg_wal from the point up to which the loaded map is
  * complete, and marks everything those records changed (docs/design.md
- * section 4.6).  The hooks source scans after its loaded map's covered LSN
+ * section 3.5).  The hooks source scans after its loaded map's covered LSN
  * and to find a fresh map's start (capture/hooks/hooks_load.cpp); the wal
  * source scans a restored backup's WAL before recovery
  * (capture/wal/wal_load.cpp), so the
@@ -44,7 +44,7 @@ PTRACK_FRAME_SAFE(StartupScan);
 
 /*
  * A second destination for what the scan reads (the wal source records a
- * restored backup's WAL as change summaries too: capture/wal/scan_summary.h).
+ * restored backup's WAL as change summaries too: capture/wal/scan_summary_writer.h).
  * begin() is called once, with the first LSN the scan proves (the
  * scanned_from() below), before any record; then every record is sent to
  * the recorder after the map, and record_done() is called with the record's

@@ -1,6 +1,6 @@
 /*
  * wal_archive.cpp -- the WAL follower reads the segments pg_wal no longer
- * holds through restore_command (wal_archive.h; docs/design.md section 7.1).
+ * holds through restore_command (wal_archive.h; docs/design.md section 4.7).
  *
  * Why this way.  The follower of a data directory restored from a base
  * backup must read the WAL from the backup's redo LSN, and recovery has
@@ -21,7 +21,7 @@
  *
  * Never a short answer: a segment that can be had from neither raises an
  * ERROR while the follower reads, and the follower then restarts tracking
- * with a WARNING and a later ptrack_init_lsn() (capture_wal.cpp).  The
+ * with a WARNING and a later ptrack_init_lsn() (follower_main.cpp).  The
  * archive's copy is checked like any WAL: xlogreader verifies every page
  * header (address, timeline, system identifier) and every record's CRC.
  *

@@ -1,6 +1,6 @@
 /*
  * wal_archive.h -- the WAL follower's segments that are no longer in pg_wal,
- * read through restore_command (wal_archive.cpp; docs/design.md section 7.1).
+ * read through restore_command (wal_archive.cpp; docs/design.md section 4.7).
  *
  * Why: a data directory restored from a base backup whose WAL comes from an
  * archive (recovery.signal or standby.signal with restore_command,

@@ -1,10 +1,10 @@
 /*
  * wal_records.cpp -- what one WAL record changed, for the WAL follower
- * (capture_wal.cpp) and the hooks source's startup scan (startup_scan.cpp):
+ * (follower_read.cpp) and the hooks source's startup scan (startup_scan.cpp):
  * every block it references, and the changes it makes without a block
  * reference (relation limits, database directories), go to the caller's
- * sink (wal_records.h), or restart tracking (docs/design.md section 7).
- * Everything is marked at record->EndRecPtr: a record that ends at or after
+ * sink (wal_records.h), or restart tracking (docs/design.md section 4.2).
+ * Everything counts at record->EndRecPtr: a record that ends at or after
  * L is listed by pagemapset(L), and no record ending before L changes
  * anything a backup starting at L has not already seen.
  *
@@ -12,7 +12,7 @@
  * src/backend/access/heap/heapam.c, catalog/storage.c, access/transam/xact.c,
  * commands/dbcommands.c, access/transam/xlog.c) and re-derived from 17.11 and
  * 18.6 (heap redo moved to access/heap/heapam_xlog.c in 18); what differs
- * between them is listed in docs/design.md section 8, and the record shapes
+ * between them is listed in docs/design.md section 8.1, and the record shapes
  * (the relation fields) are read through compat/compat.h.  Per record kind,
  * the rule and why it is complete:
  *
@@ -45,10 +45,9 @@
  *
  * XLOG_SMGR_CREATE (flagged).  smgrcreate() of one fork of a relfilenode:
  * a relation limit 0 on that fork, so a reused relfilenode inherits none
- * of the old file's blocks.  A limit of 0 is kept by the file growth watch
- * alone (its remembered size drops to 0, so every block the file gets again
- * is marked when added, file_growth.h), not in the limit table, where a
- * burst of DDL would list whole unrelated relations.
+ * of the old file's blocks.  The file growth watch's remembered size drops
+ * to 0 with it, so every block the file gets again is dated when it is
+ * added (file_growth.h).
  *
  * XLOG_SMGR_TRUNCATE (flagged; also written by contrib/pg_visibility's
  * pg_truncate_visibility_map()).  Per its flags: SMGR_TRUNCATE_HEAP cuts the

@@ -1,7 +1,7 @@
 /*
- * wal_records.h -- what one WAL record changed, marked in the map: every
- * block reference, and the changes a record makes without one (docs/design.md
- * section 7).  Called once per record by the WAL follower (capture_wal.cpp)
+ * wal_records.h -- what one WAL record changed, sent to the caller's sink:
+ * every block reference, and the changes a record makes without one
+ * (docs/design.md section 4.2).  Called once per record by the WAL follower (follower_read.cpp)
  * and by the hooks source's startup scan (startup_scan.cpp).
  */
 #ifndef PTRACK_PG_WAL_RECORDS_H
@@ -20,9 +20,8 @@ namespace ptrack::pg {
 
 /*
  * Where the changes of a record go.  The WAL follower records them in its
- * change set and the file growth watch (capture_wal.cpp; the map and the
- * limit table too only with ptrack.wal_legacy_map); the hooks
- * source's startup scan marks the map and looks at the files afterwards
+ * change set and the file growth watch (follower_read.cpp); the startup
+ * scan marks the map and looks at the files afterwards
  * (startup_scan.cpp).  Implementations allocate nothing and raise no ERROR.
  */
 class WalChangeSink {

@@ -50,7 +50,7 @@ void slot_create(const char* name)
 void slot_acquire(const char* name)
 {
 #if PG_MAJORVERSION_NUM >= 18
-    /* An invalidated slot is acquired too: the follower reserves WAL again (capture_wal.cpp). */
+    /* An invalidated slot is acquired too: the follower reserves WAL again (follower_slot_start.cpp). */
     ReplicationSlotAcquire(name, true, false /* error_if_invalid */);
 #else
     ReplicationSlotAcquire(name, true);

@@ -19,11 +19,14 @@ namespace {
 /*
  * The first block of segment file `segment` that the limit table lists
  * (every block from it on changed at or after `since`), counted from the
- * segment's first block; RELSEG_SIZE if none.  Segment s holds the relation
- * fork's blocks [s * RELSEG_SIZE, (s + 1) * RELSEG_SIZE).
+ * segment's first block; RELSEG_SIZE if none (or no table is attached:
+ * shared_state.h).  Segment s holds the relation fork's blocks
+ * [s * RELSEG_SIZE, (s + 1) * RELSEG_SIZE).
  */
 uint32_t limit_in_segment(const RelSegment& segment, Lsn since)
 {
+    if (!limits.attached())
+        return RELSEG_SIZE;
     const uint32_t limit = limits.first_changed_block(segment.rel, since);
     const uint64_t start = uint64_t{segment.segno} * RELSEG_SIZE;
     if (limit == kNoLimit || limit >= start + RELSEG_SIZE)

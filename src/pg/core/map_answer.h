@@ -1,14 +1,15 @@
 /*
- * map_answer.h -- which blocks of one relation segment file the map and the
- * limit table say changed since a start LSN: the map's answer to
+ * map_answer.h -- which blocks of one relation segment file the map (and,
+ * for an earlier version's map being migrated, its limit table) says changed
+ * since a start LSN: the map's answer to
  * ptrack_get_pagemapset(start_lsn), one file at a time, during a walk of
  * the data directory (datadir_walk.h).  Its users: the SQL functions when
- * the map answers (sql/sql_functions.cpp, sql/pagemap_scan.h),
+ * the map answers (sql/sql_functions.cpp),
  * ptrack_verify() (sql/verify.cpp), and the WAL follower's migration of a
  * map into a change summary (capture/wal/map_migration.cpp), which is why
  * it sits in core/, beneath both.
  *
- * One rule set (docs/design.md sections 1, 3.4, 7.1): unlogged relations
+ * One rule set (docs/design.md sections 1, 3.3, 4.10): unlogged relations
  * are left out (only their init fork is backed up); FSM forks are listed
  * whole; otherwise a block is listed when the map says it changed at or
  * after start_lsn, or when the limit table says every block from some block

@@ -6,7 +6,7 @@
  * They live apart from the module entry point (ptrack.cpp), which only
  * registers things and writes these globals once, in _PG_init and the shared
  * memory startup hook: every file includes and calls downward, to here, and
- * nothing here calls back up (docs/design.md section 6).
+ * nothing here calls back up (docs/design.md section 7.1).
  */
 extern "C" {
 #include "postgres.h"

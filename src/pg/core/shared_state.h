@@ -62,7 +62,7 @@ struct FollowerProgress {
 };
 
 /*
- * Why the WAL follower cannot start (capture_wal.cpp): the last ERROR it
+ * Why the WAL follower cannot start (follower_main.cpp): the last ERROR it
  * raised before it established where reading starts, for ptrack_status()
  * (off_reason) and for the SQL functions, which fail at once with it instead
  * of waiting ptrack.wal_wait_timeout for a follower that is only retrying.
@@ -160,12 +160,12 @@ struct SharedState {
     uint32_t loaded_timeline;  /* timeline of that save */
     Lsn fresh_init_floor;      /* wal: a fresh map's init_lsn is at least this (wal_load.cpp) */
     Lsn presized_redo_lsn;     /* wal: ptrack.sizes holds the file sizes from before recovery, which starts
-                                  at this redo LSN; 0 if not (wal_load.cpp, capture_wal.cpp) */
+                                  at this redo LSN; 0 if not (wal_load.cpp, follower_slot_start.cpp) */
     Lsn restored_scan_from;    /* wal, a restored backup: the map holds every change from this LSN ... */
     Lsn restored_scan_end;     /* ... to this one, read before recovery; 0 if not (wal_load.cpp) */
     bool resume_at_scan_end;   /* the follower may start reading at restored_scan_end (a restored primary) */
     Lsn restored_summary_from; /* wal, a restored backup: the scan's range written as change summaries, */
-    Lsn restored_summary_end;  /* [from, end); 0 if not (capture/wal/scan_summary.h) */
+    Lsn restored_summary_end;  /* [from, end); 0 if not (capture/wal/scan_summary_writer.h) */
     uint32_t restored_summary_timeline; /* the timeline that WAL was read on */
     Atomic<uint64_t> restart_count; /* tracking restarts since the server started */
     FollowerProgress follower;
@@ -183,7 +183,14 @@ struct SharedState {
 
 extern SharedState* shared; /* nullptr when tracking is off */
 extern Map map;             /* attached iff shared != nullptr */
-extern LimitTable limits;   /* "every block from B on changed" (ptrack/limit_table.h); attached iff map is */
+/*
+ * "Every block from B on changed" (ptrack/limit_table.h), read by the map's
+ * answer (core/map_answer.h).  Nothing in this version writes one: it is
+ * attached, to private memory, only in the postmaster while it migrates a
+ * map of an earlier version with that version's ptrack.limits
+ * (capture/wal/map_migration.h); detached otherwise.
+ */
+extern LimitTable limits;
 extern bool preloaded;      /* loaded through shared_preload_libraries */
 extern int map_size_mb;     /* the ptrack.map_size GUC, in MB */
 extern bool use_segment_summary; /* developer GUC ptrack.use_segment_summary */

@@ -15,51 +15,19 @@ extern "C" {
 
 #include "persist/limit_file_io.h"
 #include "persist/map_io.h"
+#include "persist/state_files.h"
 #include "ptrack/limit_file.h"
 #include "core/shared_state.h"
 #include "compat/compat.h"
 
 namespace ptrack::pg {
 
-namespace {
-
-/* The writer's encoding buffer, allocated on its first save (under 1 MB). */
-uint8_t* save_buffer = nullptr;
-
-}  // namespace
-
-bool save_limits(Lsn covered_lsn)
-{
-    if (!limits.attached())
-        return false;
-    const size_t capacity = limit_file_max_bytes(limits.bucket_count());
-    if (save_buffer == nullptr) {
-        save_buffer = static_cast<uint8_t*>(
-            MemoryContextAllocExtended(TopMemoryContext, capacity, MCXT_ALLOC_NO_OOM));
-        if (save_buffer == nullptr) {
-            ereport(WARNING, (errcode(ERRCODE_OUT_OF_MEMORY),
-                              errmsg("ptrack could not save its limit table: out of memory")));
-            return false;
-        }
-    }
-    const size_t bytes = limit_file_encode(limits, GetSystemIdentifier(), kServerMajor, covered_lsn, crc32c, save_buffer);
-    if (bytes == 0) {
-        /* Only another process than the writer can fail to read a bucket: a misuse, but never a bad file. */
-        ereport(WARNING, (errmsg("ptrack could not save its limit table: a bucket could not be read consistently")));
-        return false;
-    }
-    if (!write_file_fsynced(kLimitTempFileName, save_buffer, bytes, "its limit table"))
-        return false;
-    /* durable_rename fsyncs the new name and the directory. */
-    return rename_for_save(kLimitTempFileName, kLimitFileName, "its limit table");
-}
-
 const char* load_limits(uint64_t system_identifier, Lsn* covered_lsn)
 {
     if (!limits.attached())
-        return "change tracking is off";
-    (void) unlink(kLimitTempFileName); /* a save that never completed */
-    const int fd = OpenTransientFile(kLimitFileName, O_RDONLY | PG_BINARY);
+        return "no limit table is attached to read it into";
+    (void) unlink(state_file(StateFile::kLimitsTemp)); /* a save that never completed */
+    const int fd = OpenTransientFile(state_file(StateFile::kLimits), O_RDONLY | PG_BINARY);
     if (fd < 0) {
         if (errno == ENOENT)
             return "it does not exist";
@@ -95,8 +63,8 @@ const char* load_limits(uint64_t system_identifier, Lsn* covered_lsn)
 
 void remove_limits_files()
 {
-    remove_file_if_exists(kLimitTempFileName, DEBUG1);
-    remove_file_if_exists(kLimitFileName, LOG);
+    remove_file_if_exists(state_file(StateFile::kLimitsTemp), DEBUG1);
+    remove_file_if_exists(state_file(StateFile::kLimits), LOG);
 }
 
 }  // namespace ptrack::pg

@@ -1,20 +1,17 @@
 /*
- * limit_file_io.h -- the limit table (ptrack/limit_table.h) survives restarts
- * and crashes as $PGDATA/ptrack.limits, saved with the map by the WAL
- * follower and loaded at startup.  The format and its checks are in the
- * engine (ptrack/limit_file.h); this file does the I/O with PostgreSQL's file
- * facilities (map_io.h).
+ * limit_file_io.h -- ptrack.limits, the limit table (ptrack/limit_table.h)
+ * an earlier version's WAL follower saved with its map in the data
+ * directory, when it still marked the map (moved into pg_wal/ptrack with
+ * the map at startup: state_files.h).  This version writes none: it reads
+ * one only to migrate such a map into a change summary
+ * (capture/wal/map_migration.h), and removes it at startup once the map is
+ * loaded.  The format and its checks are in the engine (ptrack/limit_file.h);
+ * this file does the I/O with PostgreSQL's file facilities (map_io.h).
  *
- * When a saved table can be used: it is complete up to its covered LSN, so a
- * follower that resumes reading at R loses no limit event iff the table
- * loaded and its covered LSN >= R.  Resuming earlier than the covered LSN
- * only repeats events, which the table folds in conservatively.  Hence the
- * order of a save: first ptrack.limits, then the map; if the limits save
- * fails, skip the map save (the saved map would otherwise be ahead of the
- * saved limits, and the next startup would have to refuse both).
+ * The saved table is complete up to its covered LSN: with a map complete up
+ * to C, it can be used iff its covered LSN >= C.
  *
- * Like the map's load and save, nothing here raises an ERROR: the postmaster
- * must start, and the follower must not stop because of a failed save.
+ * Nothing here raises an ERROR: the postmaster must start.
  */
 #ifndef PTRACK_PG_LIMIT_FILE_IO_H
 #define PTRACK_PG_LIMIT_FILE_IO_H
@@ -26,14 +23,6 @@
 namespace ptrack::pg {
 
 /*
- * Saves `limits` to ptrack.limits as complete up to `covered_lsn`: a
- * temporary file, fsync, durable rename.  Call from the table's writer (the
- * WAL follower), so the copy is consistent.  On failure logs a WARNING and
- * returns false; the previous file, if any, is left as it was.
- */
-bool save_limits(Lsn covered_lsn);
-
-/*
  * At startup, before anything reads or writes `limits`: fills it from
  * ptrack.limits and sets *covered_lsn; returns nullptr.  Otherwise returns
  * why the file is not usable (completing "ptrack.limits is not usable
@@ -42,7 +31,7 @@ bool save_limits(Lsn covered_lsn);
  */
 const char* load_limits(uint64_t system_identifier, Lsn* covered_lsn);
 
-/* Removes ptrack.limits and its temporary file (tracking off, or the map started afresh). */
+/* Removes ptrack.limits and its temporary file (at startup, once the map is loaded; tracking off). */
 void remove_limits_files();
 
 }  // namespace ptrack::pg

@@ -146,14 +146,6 @@ bool rename_for_save(const char* from, const char* to, const char* what)
     return false;
 }
 
-bool fsync_data_directory_for_save(const char* what)
-{
-    if (fsync_fname_ext(".", true, false, DEBUG1) == 0)
-        return true;
-    warn_save_failed(what, "fsync", "the data directory");
-    return false;
-}
-
 bool write_file_fsynced(const char* name, const void* data, size_t len, const char* what)
 {
     const int fd = OpenTransientFile(name, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
@@ -190,7 +182,7 @@ void remove_file_if_exists(const char* name, int elevel_removed)
 {
     if (unlink(name) == 0)
         ereport(elevel_removed, (errmsg("ptrack removed file \"%s\"", name)));
-    else if (errno != ENOENT)
+    else if (errno != ENOENT && errno != ENOTDIR) /* ENOTDIR: its folder is not there either */
         ereport(WARNING, (errcode_for_file_access(), errmsg("could not remove file \"%s\": %m", name)));
 }
 

@@ -3,7 +3,7 @@
  * positioned reads and writes that finish or fail, PostgreSQL's CRC-32C, and
  * removal with a log line.  Plain C-style functions that never raise an
  * ERROR: the postmaster must start and a checkpoint must not fail because of
- * ptrack (docs/design.md section 4).
+ * ptrack (docs/design.md section 5.3).
  */
 #ifndef PTRACK_PG_MAP_IO_H
 #define PTRACK_PG_MAP_IO_H
@@ -65,9 +65,6 @@ const char* last_save_failure();
  * (rate-limited) instead of PostgreSQL's own WARNING.  True on success.
  */
 bool rename_for_save(const char* from, const char* to, const char* what);
-
-/* fsync of the data directory after a save created a file; warn_save_failed() on failure. */
-bool fsync_data_directory_for_save(const char* what);
 
 /*
  * Writes `len` bytes into `name` (created or truncated), fsyncs and closes

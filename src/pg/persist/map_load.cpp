@@ -1,7 +1,8 @@
 /*
- * map_load.cpp -- startup: read ptrack.map (and ptrack.map.delta), decide
- * whether it can be trusted, and either use it or start a fresh map
- * (docs/design.md section 4).  Runs once, in the postmaster, before any
+ * map_load.cpp -- startup: read ptrack.map (and ptrack.map.delta) from the
+ * running source's folder (state_files.h), decide whether it can be
+ * trusted, and either use it or start a fresh map (docs/design.md sections
+ * 3.4 and 5).  Runs once, in the postmaster, before any
  * process can write a block.
  *
  * The trust rules themselves are in the engine (map_file_distrust_reason());
@@ -37,8 +38,10 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
+#include "persist/limit_file_io.h"
 #include "persist/map_io.h"
 #include "persist/map_persistence.h"
+#include "persist/state_files.h"
 #include "compat/compat.h"
 #include "ptrack/limit_file.h"
 #include "ptrack/map_delta.h"
@@ -54,14 +57,17 @@ PTRACK_ENGINE_NOEXCEPT(&Map::clear, &Map::region, &map_file_chunk_count, &map_fi
 
 namespace {
 
+/* The map file load_map() judges: the source's own, or another source's (state_files.h). */
+const char* map_path = nullptr;
+
 void warn_not_trusted(const char* reason)
 {
     /*
      * A data directory restored from a backup tracks from the backup's redo
-     * LSN where that can be proven (docs/design.md section 7.1), so the
+     * LSN where that can be proven (docs/design.md section 4.7), so the
      * backup it was restored from may still parent the next one.
      */
-    ereport(WARNING, (errmsg("ptrack map file \"%s\" is not trusted because %s", kMapFileName, reason),
+    ereport(WARNING, (errmsg("ptrack map file \"%s\" is not trusted because %s", map_path, reason),
                       errdetail("Change tracking starts afresh with a new ptrack_init_lsn()."),
                       backup_label_present()
                           ? errhint("An incremental backup whose parent is the backup restored here needs "
@@ -139,12 +145,13 @@ Lsn conservative_lsn_bound(const ControlFileData* control)
  */
 void apply_delta_file(const Map& map, MapFileHeader* header)
 {
-    const int fd = OpenTransientFile(kMapDeltaFileName, O_RDONLY | PG_BINARY);
+    const char* delta_path = state_file(StateFile::kMapDelta);
+    const int fd = OpenTransientFile(delta_path, O_RDONLY | PG_BINARY);
     if (fd < 0) {
         if (errno != ENOENT)
             ereport(LOG, (errcode_for_file_access(),
                           errmsg("ptrack could not open \"%s\": %m; the map is taken as of its last full save",
-                                 kMapDeltaFileName)));
+                                 delta_path)));
         return;
     }
     struct stat st;
@@ -188,12 +195,12 @@ void apply_delta_file(const Map& map, MapFileHeader* header)
     pfree(buffer);
     CloseTransientFile(fd);
     if (applied > 0)
-        ereport(LOG, (errmsg("ptrack applied %d incremental flushes from \"%s\"", applied, kMapDeltaFileName)));
+        ereport(LOG, (errmsg("ptrack applied %d incremental flushes from \"%s\"", applied, delta_path)));
     /* A torn last batch is what a crash during an append leaves; say so, since the map's trust may hang on it. */
     if (offset < file_bytes)
         ereport(LOG, (errmsg("ptrack ignored the last %llu bytes of \"%s\": they do not hold a valid flush of "
                              "this map",
-                             static_cast<unsigned long long>(file_bytes - offset), kMapDeltaFileName)));
+                             static_cast<unsigned long long>(file_bytes - offset), delta_path)));
 }
 
 /* Reads every chunk of the region into `map`; collects the chunks whose CRC fails. */
@@ -228,7 +235,7 @@ void make_chunks_conservative(const Map& map, const MapFileHeader& header, const
     for (uint64_t i = 0; i < bad_count; ++i)
         make_chunk_conservative(map, header.chunk_bytes, bad_chunks[i], bound);
     const uint64_t chunks = map_file_chunk_count(header.geometry, header.chunk_bytes);
-    ereport(WARNING, (errmsg("ptrack map file \"%s\": %llu of %llu chunks failed their checksum", kMapFileName,
+    ereport(WARNING, (errmsg("ptrack map file \"%s\": %llu of %llu chunks failed their checksum", map_path,
                              static_cast<unsigned long long>(bad_count), static_cast<unsigned long long>(chunks)),
                       errdetail("Their slots were raised to %X/%X: the blocks they track are listed as changed "
                                 "since any earlier LSN.",
@@ -323,7 +330,7 @@ const char* read_map_to_migrate(int fd, const ControlFileData* control, const Ma
     if (reason == nullptr) {
         ereport(LOG, (errmsg("ptrack read map file \"%s\" of %llu kB, saved when its marks were still kept, to "
                              "migrate it",
-                             kMapFileName, static_cast<unsigned long long>(bytes / 1024)),
+                             map_path, static_cast<unsigned long long>(bytes / 1024)),
                       errdetail("The map now keeps only where tracking resumes, in %llu kB of shared memory; the "
                                 "next save writes it in that size.",
                                 static_cast<unsigned long long>((shared_bytes + 1023) / 1024))));
@@ -343,7 +350,6 @@ void start_fresh(SharedState* state, Map* map, const ControlFileData* control, c
     if (reason != nullptr)
         warn_not_trusted(reason);
     map->clear();
-    limits.clear();
     state->init_lsn.store(0, Order::kRelaxed);
     persist_source->start_fresh(control, state, map);
     state->loaded_covered_lsn = 0;
@@ -356,10 +362,14 @@ void start_fresh(SharedState* state, Map* map, const ControlFileData* control, c
         snprintf(state->last_restart.reason, sizeof(state->last_restart.reason),
                  "the map file was not trusted at startup because %s", reason);
     }
-    /* Never let a rejected file be read again, e.g. after a crash before the next flush. */
-    remove_file_if_exists(kMapDeltaFileName, DEBUG1);
+    /*
+     * Never let a rejected file be read again, e.g. after a crash before the
+     * next flush (another source's map, in the other folder, goes with
+     * clear_other_folder()).
+     */
+    remove_file_if_exists(state_file(StateFile::kMapDelta), DEBUG1);
     if (remove_rejected)
-        remove_file_if_exists(kMapFileName, DEBUG1);
+        remove_file_if_exists(state_file(StateFile::kMap), DEBUG1);
 }
 
 }  // namespace
@@ -393,21 +403,16 @@ Lsn base_backup_redo_lsn()
     return have_start && streamed ? (static_cast<Lsn>(hi) << 32 | lo) : 0;
 }
 
-void remove_map_files()
-{
-    remove_file_if_exists(kMapTempFileName, LOG);
-    remove_file_if_exists(kMapDeltaFileName, LOG);
-    remove_file_if_exists(kMapFileName, LOG);
-}
-
 void load_map(SharedState* state, Map* map)
 {
+    const SettledMap settled = settle_state_files();
+    map_path = settled.path;
     /*
      * A temporary file is a save that never completed: the file it was to
      * replace, if any, is the last good one.  (ptrack.sizes.new is judged
      * once the map is: growth_settle_files(), called by ptrack.cpp after this.)
      */
-    const char* const temporaries[] = {kMapTempFileName, kLimitTempFileName};
+    const char* const temporaries[] = {state_file(StateFile::kMapTemp), state_file(StateFile::kLimitsTemp)};
     for (const char* temp : temporaries)
         if (unlink(temp) == 0)
             ereport(LOG, (errmsg("ptrack removed leftover temporary file \"%s\"", temp)));
@@ -419,26 +424,31 @@ void load_map(SharedState* state, Map* map)
     state->restored_scan_end = 0;
     state->resume_at_scan_end = false;
     persist_source->before_load(control, state);
-    const int fd = OpenTransientFile(kMapFileName, O_RDONLY | PG_BINARY);
-    if (fd < 0) {
+    const int fd = settled.move_failure != nullptr ? -1 : OpenTransientFile(map_path, O_RDONLY | PG_BINARY);
+    if (settled.move_failure != nullptr) {
+        start_fresh(state, map, control, settled.move_failure, true);
+    } else if (fd < 0) {
         const int open_errno = errno;
         struct stat st;
         const char* reason = nullptr;
         char reason_text[160];
-        if (open_errno != ENOENT) {
+        if (open_errno != ENOENT && open_errno != ENOTDIR) { /* ENOTDIR: no folder, so no map */
             snprintf(reason_text, sizeof(reason_text), "it could not be opened: %s", strerror(open_errno));
             reason = reason_text;
         }
-        else if (stat(kMapDeltaFileName, &st) == 0)
-            reason = "it is missing while \"ptrack.map.delta\" exists (was it deleted?)";
+        else if (stat(state_file(StateFile::kMapDelta), &st) == 0) {
+            snprintf(reason_text, sizeof(reason_text), "it is missing while \"%s\" exists (was it deleted?)",
+                     state_file(StateFile::kMapDelta));
+            reason = reason_text;
+        }
         start_fresh(state, map, control, reason, false);
         const Lsn init = state->init_lsn.load(Order::kRelaxed);
         if (reason == nullptr && init != 0)
             ereport(LOG, (errmsg("ptrack map file \"%s\" not found: change tracking starts afresh, "
                                  "ptrack_init_lsn() is %X/%X",
-                                 kMapFileName, PTRACK_LSN_ARGS(init))));
+                                 map_path, PTRACK_LSN_ARGS(init))));
         else if (reason == nullptr)
-            ereport(LOG, (errmsg("ptrack map file \"%s\" not found: change tracking starts afresh", kMapFileName),
+            ereport(LOG, (errmsg("ptrack map file \"%s\" not found: change tracking starts afresh", map_path),
                           errdetail("%s", persist_source->fresh_init_detail)));
     } else {
         MapFileHeader header{};
@@ -461,7 +471,7 @@ void load_map(SharedState* state, Map* map)
             state->init_lsn.store(header.init_lsn, Order::kRelaxed);
             state->loaded_covered_lsn = header.covered_lsn;
             state->loaded_timeline = header.timeline;
-            ereport(LOG, (errmsg("ptrack loaded map file \"%s\", ptrack_init_lsn() is %X/%X", kMapFileName,
+            ereport(LOG, (errmsg("ptrack loaded map file \"%s\", ptrack_init_lsn() is %X/%X", map_path,
                                  PTRACK_LSN_ARGS(header.init_lsn)),
                           errdetail("Saved by the %s capture source, complete up to %X/%X.",
                                     capture_source_name(header.source), PTRACK_LSN_ARGS(header.covered_lsn))));
@@ -469,8 +479,11 @@ void load_map(SharedState* state, Map* map)
             start_fresh(state, map, control, reason, true);
         }
     }
+    clear_other_folder();
     if (control != nullptr)
         pfree(control);
+    /* An earlier version's limit table: read only to migrate its map (capture/wal/map_migration.h), above. */
+    remove_limits_files();
 }
 
 }  // namespace ptrack::pg

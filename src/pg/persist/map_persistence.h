@@ -1,6 +1,6 @@
 /*
  * map_persistence.h -- the map survives restarts and crashes (docs/design.md
- * section 4): loaded at postmaster start if it can be trusted (map_load.cpp),
+ * section 5): loaded at postmaster start if it can be trusted (map_load.cpp),
  * saved by the process the capture source makes responsible (map_save.cpp).
  * The file format and the trust rules are in the engine (ptrack/map_file.h,
  * ptrack/map_delta.h); the file primitives in map_io.h.
@@ -35,6 +35,7 @@ struct SavePoint {
  */
 struct SourcePersistence {
     CaptureSourceId id;              /* recorded in every saved map; a map saved by another source is not trusted */
+    const char* files_dir;           /* where its files are, relative to the data directory ("": there; state_files.h) */
     const char* fresh_init_detail;   /* LOG detail of a start without a map file: where ptrack_init_lsn() comes from */
     const char* save_failure_detail; /* what a failed save means for backups (warn_save_failed()) */
     const char* save_failure_hint;   /* and what to check */
@@ -56,7 +57,7 @@ struct SourcePersistence {
     const char* (*continue_loaded)(const ControlFileData* control, const MapFileHeader& header, Map* map);
     /*
      * Whether the source marks changes in the map.  false (wal capture,
-     * docs/design.md section 9): the map keeps only its covered LSN and
+     * docs/design.md section 4.6): the map keeps only its covered LSN and
      * init_lsn (the resume point), in the smallest geometry
      * (MapGeometry::smallest()) whatever ptrack.map_size says, and its
      * marks answer nothing.  Fixed in _PG_init, before shared memory is
@@ -66,7 +67,7 @@ struct SourcePersistence {
     /*
      * A source that marks no map (marks_map() false), at startup: a trusted
      * ptrack.map of another geometry, saved by this source when it still
-     * marked the map (an upgrade, or a run with a developer setting), read
+     * marked the map (an upgrade from an earlier version), read
      * whole into `old_map`, private memory freed after this returns, after
      * continue_loaded() accepted it.  The source takes from its marks what
      * it needs (wal: the change summary the chain lacks,
@@ -84,13 +85,15 @@ void use_source_persistence(const SourcePersistence* source);
 extern const SourcePersistence* persist_source;
 
 /*
- * In the postmaster, on a freshly created shared state: fills the map from
- * ptrack.map if it can be trusted, overwriting every byte of the region, and
+ * In the postmaster, on a freshly created shared state: the source's files
+ * in its folder (settle_state_files(), state_files.h), then fills the map
+ * from ptrack.map if it can be trusted, overwriting every byte of the region, and
  * sets init_lsn, loaded_covered_lsn and loaded_timeline from it.  Otherwise
  * clears the map, logs one WARNING naming the file and the reason (none when
  * there was no file), removes the rejected files, and sets init_lsn to what a
- * fresh map can prove (0: established later).  Never raises an ERROR (the
- * postmaster must start).
+ * fresh map can prove (0: established later).  Last, the other folder is
+ * cleared of ptrack's files (clear_other_folder()).  Never raises an ERROR
+ * (the postmaster must start).
  */
 void load_map(SharedState* state, Map* map);
 
@@ -104,13 +107,11 @@ bool backup_label_present();
  */
 Lsn base_backup_redo_lsn();
 
-/* Removes ptrack.map and its delta and temporary files (ptrack.map_size = 0). */
-void remove_map_files();
-
 /*
  * Saves the map as complete up to `point.covered_lsn`: the whole map to
  * ptrack.map (temporary file, fsync, durable rename), or the slots changed
- * since the previous save appended to ptrack.map.delta.  Only ever called by
+ * since the previous save appended to ptrack.map.delta, in the source's
+ * folder (state_files.h).  Only ever called by
  * one process per server run.  On an I/O failure logs a WARNING and returns
  * false; the next save then writes the whole map.
  */

@@ -6,7 +6,8 @@
  * that process (SaveState).
  *
  * The first save of a process writes the whole map (ptrack.map.tmp, fsync,
- * durable rename to ptrack.map, with a new base_id); the following ones
+ * durable rename to ptrack.map, with a new base_id, in the source's folder:
+ * state_files.h); the following ones
  * append only the slots changed since the previous save to ptrack.map.delta
  * (ptrack/map_delta.h), until the delta file outgrows a quarter of the map,
  * when the next save writes the whole map again.
@@ -37,6 +38,7 @@ extern "C" {
 #include "core/boundary.h"
 #include "persist/map_io.h"
 #include "persist/map_persistence.h"
+#include "persist/state_files.h"
 #include "compat/compat.h"
 #include "ptrack/map_delta.h"
 #include "ptrack/map_file.h"
@@ -93,23 +95,24 @@ void fill_header(const SavePoint& point, MapFileHeader* header)
 uint64_t write_full_map(const MapFileHeader& header)
 {
     SaveState& ss = save_state;
-    const int fd = OpenTransientFile(kMapTempFileName, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
+    const char* temp = state_file(StateFile::kMapTemp);
+    const int fd = OpenTransientFile(temp, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
     if (fd < 0) {
-        warn_save_failed("its map", "create", kMapTempFileName);
+        warn_save_failed("its map", "create", temp);
         return 0;
     }
     FdSink sink(fd);
     const uint64_t bytes = map_file_write(map, header, crc32c, ss.chunk_buffer, ss.crcs, sink);
     bool ok = bytes != 0 && pg_fsync(fd) == 0;
     if (!ok)
-        warn_save_failed("its map", "write", kMapTempFileName);
+        warn_save_failed("its map", "write", temp);
     if (CloseTransientFile(fd) != 0 && ok) {
-        warn_save_failed("its map", "close", kMapTempFileName);
+        warn_save_failed("its map", "close", temp);
         ok = false;
     }
-    if (!ok || !rename_for_save(kMapTempFileName, kMapFileName, "its map")) {
+    if (!ok || !rename_for_save(temp, state_file(StateFile::kMap), "its map")) {
         /* A partial map must not wait for the next successful save (a backup would copy it). */
-        discard_temp_file(kMapTempFileName);
+        discard_temp_file(temp);
         return 0;
     }
     return bytes;
@@ -126,9 +129,10 @@ uint64_t append_delta(const MapFileHeader& header, Lsn threshold, bool* too_big)
     *too_big = false;
     SaveState& ss = save_state;
     const bool first = ss.sequence == 0;
-    const int fd = OpenTransientFile(kMapDeltaFileName, O_WRONLY | O_CREAT | (first ? O_TRUNC : 0) | PG_BINARY);
+    const char* delta = state_file(StateFile::kMapDelta);
+    const int fd = OpenTransientFile(delta, O_WRONLY | O_CREAT | (first ? O_TRUNC : 0) | PG_BINARY);
     if (fd < 0) {
-        warn_save_failed("its map", "open", kMapDeltaFileName);
+        warn_save_failed("its map", "open", delta);
         return 0;
     }
     DeltaBatchPlan plan{};
@@ -147,13 +151,13 @@ uint64_t append_delta(const MapFileHeader& header, Lsn threshold, bool* too_big)
     }
     bool ok = written != 0 && pg_fsync(fd) == 0;
     if (!ok)
-        warn_save_failed("its map", "write", kMapDeltaFileName);
+        warn_save_failed("its map", "write", delta);
     if (CloseTransientFile(fd) != 0 && ok) {
-        warn_save_failed("its map", "close", kMapDeltaFileName);
+        warn_save_failed("its map", "close", delta);
         ok = false;
     }
     /* A new file's directory entry must be durable too. */
-    if (ok && first && !fsync_data_directory_for_save("its map"))
+    if (ok && first && !fsync_state_folder_for_save("its map"))
         ok = false;
     if (!ok)
         return 0;
@@ -255,7 +259,7 @@ bool flush_map(const SavePoint& point)
             ss.base_id = header.base_id;
             ss.sequence = 0;
             ss.delta_bytes = 0;
-            remove_file_if_exists(kMapDeltaFileName, DEBUG1);
+            remove_file_if_exists(state_file(StateFile::kMapDelta), DEBUG1);
         }
     }
     ss.force_full = written == 0;

@@ -1,6 +1,6 @@
 /*
  * summary_io.h -- the summary files of wal capture on disk (docs/design.md
- * section 9): where they live, how the WAL follower writes them durably,
+ * section 4.4): where they live, how the WAL follower writes them durably,
  * and how a backend lists, reads and validates them.  The format and its
  * checks are the engine's (ptrack/summary_file.h); the cover rule and the
  * answers are in ptrack/summary_answer.h and sql/.
@@ -61,7 +61,7 @@ struct SummaryFileRef {
  * ptrack.wal_summary_memory, in MB (defined with the follower's settings,
  * capture_wal.cpp), and the budget of a change set it gives now, in bytes
  * (at least ChangeSet::kMinBudget): the follower's set, and the
- * postmaster's for a restored backup's WAL (capture/wal/scan_summary.h).
+ * postmaster's for a restored backup's WAL (capture/wal/scan_summary_writer.h).
  */
 extern int wal_summary_memory_mb;
 size_t wal_summary_budget_bytes();
@@ -166,7 +166,7 @@ void summary_retention_pass();
  * Rewrites the summary [start, end) with kSummaryEndsAtRedo set (same
  * content, same name, same modification time), so that retention keeps the
  * boundary at `end`: a checkpoint's redo LSN learnt after the summary was
- * written (capture_wal.cpp, note_redo()).  By the WAL follower only.  False
+ * written (follower_cuts.cpp, note_redo()).  By the WAL follower only.  False
  * if the file is gone, damaged or could not be written (WARNING); the
  * boundary may then be combined away later (extra blocks, never fewer).
  */

@@ -1,7 +1,7 @@
 /*
  * summary_retention.cpp -- how long wal capture's summary files are kept,
  * and how they are combined so that an answer never opens thousands of them
- * (docs/design.md section 9; declarations in summary_io.h).  The policy,
+ * (docs/design.md section 4.9; declarations in summary_io.h).  The policy,
  * which file to remove or combine next, is the engine's
  * (ptrack/retention_plan.h, unit-tested); this file lists the files, does
  * each step it proposes, and asks again.

@@ -4,7 +4,7 @@
  * which alone writes and removes them.
  *
  * Why a file of its own: a summary is written at every cut of the follower
- * (docs/design.md section 9), durably and never in place: the engine's
+ * (docs/design.md section 4.5), durably and never in place: the engine's
  * summary_write() fills "<name>.tmp", which is fsynced and renamed
  * (durable_rename() fsyncs the directory too), so that after a crash a
  * summary exists whole or not at all.  A failed write is one rate-limited
@@ -13,7 +13,7 @@
  * past the resume point) fsyncs the directory once at the end; a directory
  * it cannot read, or a file it cannot remove, makes it return false after a
  * WARNING, never an ERROR: the follower then holds everything until it can
- * (capture_wal.cpp), instead of running with summaries it cannot vouch for.
+ * (follower_summaries.cpp), instead of running with summaries it cannot vouch for.
  *
  * The writer's buffers are static: only the follower writes, one summary
  * at a time, and nothing here allocates on the write itself.
@@ -32,6 +32,7 @@ extern "C" {
 #include "core/boundary.h"
 #include "compat/compat.h"
 #include "persist/map_io.h"
+#include "persist/state_files.h"
 #include "persist/summary_io.h"
 
 namespace ptrack::pg {
@@ -77,10 +78,20 @@ bool parse_summary_name(const char* name, SummaryFileRef* ref)
            ref->start_lsn < ref->end_lsn;
 }
 
+/*
+ * "<summary name>.tmp": a summary being written, or one a crash
+ * interrupted.  Only these: the folder also holds the map's own files
+ * (state_files.h), whose temporary files are theirs to remove.
+ */
 bool is_temp_name(const char* name)
 {
-    const size_t n = strlen(name);
-    return n > strlen(kTempSuffix) && strcmp(name + n - strlen(kTempSuffix), kTempSuffix) == 0;
+    if (strlen(name) != kSummaryNameLength + strlen(kTempSuffix) || strcmp(name + kSummaryNameLength, kTempSuffix) != 0)
+        return false;
+    char summary[kSummaryNameLength + 1];
+    memcpy(summary, name, kSummaryNameLength);
+    summary[kSummaryNameLength] = '\0';
+    SummaryFileRef ref;
+    return parse_summary_name(summary, &ref);
 }
 
 int compare_refs(const void* a, const void* b)
@@ -90,23 +101,6 @@ int compare_refs(const void* a, const void* b)
     if (x->start_lsn != y->start_lsn)
         return x->start_lsn < y->start_lsn ? -1 : 1;
     return x->end_lsn < y->end_lsn ? -1 : x->end_lsn > y->end_lsn ? 1 : 0;
-}
-
-/* kSummaryDir exists (created and made durable if not); false after a WARNING. */
-bool ensure_summary_dir()
-{
-    struct stat st;
-    if (stat(kSummaryDir, &st) == 0 && S_ISDIR(st.st_mode))
-        return true;
-    if (MakePGDirectory(kSummaryDir) != 0 && errno != EEXIST) {
-        warn_save_failed("its change summaries", "create directory", kSummaryDir);
-        return false;
-    }
-    if (fsync_fname_ext(kSummaryDir, true, false, DEBUG1) != 0 || fsync_fname_ext("pg_wal", true, false, DEBUG1) != 0) {
-        warn_save_failed("its change summaries", "fsync directory", kSummaryDir);
-        return false;
-    }
-    return true;
 }
 
 /* Unlinks "<kSummaryDir>/<name>"; false after a WARNING on failure (other than a file already gone). */
@@ -204,7 +198,8 @@ SummaryFileRef* summary_list(size_t* count)
 bool summary_write_durably(ChangeCursor& content, Lsn start_lsn, Lsn end_lsn, uint32_t timeline, uint32_t flags,
                            SummaryHeader* written)
 {
-    if (!ensure_summary_dir())
+    /* kSummaryDir is the wal source's folder, the only one that writes summaries. */
+    if (!ensure_state_folder("its change summaries"))
         return false;
     char name[kSummaryNameLength + 1];
     summary_file_name(start_lsn, end_lsn, name, sizeof(name));

@@ -1,5 +1,5 @@
 /*
- * sql_functions.cpp -- the SQL API of docs/design.md section 5, compatible with
+ * sql_functions.cpp -- the SQL API of docs/design.md section 6, compatible with
  * pg_probackup's ptrack mode:
  *
  *   ptrack_version()                 text, "major.minor"
@@ -7,8 +7,9 @@
  *   ptrack_get_pagemapset(start_lsn) (path, pagecount, pagemap) per changed segment file
  *   ptrack_get_change_stat(start_lsn) (files, pages, "size, MB")
  *
- * Each function checks its arguments and the tracking state first and raises
- * a clear ERROR with a hint, before reading anything.
+ * Each function that answers about changes first refuses an unsafe schema
+ * (schema_check.h), then checks its arguments and the tracking state, and
+ * raises a clear ERROR with a hint before reading anything.
  *
  * The boundary with C++ (boundary.h): everything called from here into the
  * engine is noexcept, and these frames own no objects with destructors, so
@@ -35,12 +36,13 @@ PG_FUNCTION_INFO_V1(ptrack_get_change_stat);
 #include "core/boundary.h"
 #include "capture/capture_source.h"
 #include "core/datadir_walk.h"
-#include "sql/pagemap_scan.h"
+#include "sql/answer_start.h"
+#include "sql/schema_check.h"
 #include "sql/summary_scan.h"
 #include "ptrack/pagemap.h"
 #include "core/shared_state.h"
 
-#define PTRACK_VERSION "2.3"
+#define PTRACK_VERSION "2.4"
 
 namespace ptrack::pg {
 
@@ -112,6 +114,8 @@ extern "C" PGDLLEXPORT Datum ptrack_version(PG_FUNCTION_ARGS)
 
 extern "C" PGDLLEXPORT Datum ptrack_init_lsn(PG_FUNCTION_ARGS)
 {
+    /* A backup tool asks this first: the impostor is looked for here (schema_check.h). */
+    require_safe_schema(fcinfo, true);
     require_tracking();
     running_source().wait_until_fresh();
     PG_RETURN_LSN(answer_init_lsn());
@@ -119,6 +123,7 @@ extern "C" PGDLLEXPORT Datum ptrack_init_lsn(PG_FUNCTION_ARGS)
 
 extern "C" PGDLLEXPORT Datum ptrack_get_pagemapset(PG_FUNCTION_ARGS)
 {
+    require_safe_schema(fcinfo, false);
     const ptrack::Lsn since = checked_start_lsn(fcinfo);
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
@@ -134,6 +139,7 @@ extern "C" PGDLLEXPORT Datum ptrack_get_pagemapset(PG_FUNCTION_ARGS)
 
 extern "C" PGDLLEXPORT Datum ptrack_get_change_stat(PG_FUNCTION_ARGS)
 {
+    require_safe_schema(fcinfo, false);
     const ptrack::Lsn since = checked_start_lsn(fcinfo);
     TupleDesc tupdesc;
     if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)

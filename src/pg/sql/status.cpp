@@ -1,6 +1,6 @@
 /*
  * status.cpp -- ptrack_status(): one row a monitoring system can poll, and
- * the reason tracking is off (docs/design.md section 5).
+ * the reason tracking is off (docs/design.md section 6.1).
  *
  * It exists because a DBA must be able to see that tracking works without
  * reading the server log: which capture source runs, how full the map is
@@ -49,7 +49,7 @@ PG_FUNCTION_INFO_V1(ptrack_status);
 #include "core/shared_state.h"
 #include "persist/map_persistence.h"
 #include "persist/summary_io.h"
-#include "sql/pagemap_scan.h"
+#include "sql/answer_start.h"
 
 namespace ptrack::pg {
 
@@ -203,7 +203,7 @@ extern "C" PGDLLEXPORT Datum ptrack_status(PG_FUNCTION_ARGS)
         values[kOffReason] = CStringGetTextDatum(not_running);
     }
 
-    /* NULL when the map is not marked (wal capture: the exact summaries answer, docs/design.md section 9). */
+    /* NULL when the map is not marked (wal capture: the exact summaries answer, docs/design.md section 4.8). */
     if (persist_source->marks_map()) {
         const double fill = sampled_fill();
         nulls[kMapFill] = false;

@@ -34,7 +34,7 @@
  * the FSM fork of every relation with a listed main fork is listed whole
  * (backup tools copy FSM files whole anyway: pg_probackup does not read
  * their pagemap, PostgreSQL 17's incremental backup sends them whole);
- * docs/design.md section 9 says why this is enough.  Forks of a database
+ * docs/design.md section 4.8 says why this is enough.  Forks of a database
  * that a database entry lists are skipped, and that database directory is
  * read once at the end with every file listed whole.
  *

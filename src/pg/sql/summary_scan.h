@@ -1,13 +1,13 @@
 /*
  * summary_scan.h -- ptrack_get_pagemapset(), ptrack_get_change_stat() and
  * ptrack_init_lsn() answered from the summary files of wal capture
- * (persist/summary_io.h, docs/design.md section 9), instead of the map.
+ * (persist/summary_io.h, docs/design.md section 4.8), instead of the map.
  *
  * The capture source decides which (CaptureSourceOps::summaries,
  * capture/capture_source.h): sql_functions.cpp calls these only when it
  * says the summaries answer, after the source's freshness wait and cut.
  *
- * Rows are the same as the map path's (pagemap_scan.h): one per existing
+ * Rows are the same as the map path's (core/map_answer.h): one per existing
  * segment file with a listed block, its path relative to the data
  * directory, its page bitmap clipped to the file's size.  What needs file
  * sizes is resolved with one stat() per file the union names, never a walk

@@ -1,10 +1,10 @@
 /*
  * verify.cpp -- ptrack_verify(start_lsn): the self-check a DBA runs to prove
- * that ptrack misses nothing on this cluster (docs/design.md section 5.2).
+ * that ptrack misses nothing on this cluster (docs/design.md section 6.2).
  *
  * It reads the page header of every block of every permanent relation
  * segment file (the files and rules of ptrack_get_pagemapset(), shared
- * through pagemap_scan.h) and returns every block whose page LSN is at or
+ * through core/map_answer.h) and returns every block whose page LSN is at or
  * after start_lsn but that ptrack_get_pagemapset(start_lsn) does not list:
  * a block a backup from start_lsn would not copy although it changed.  The
  * page LSN is the end of the last WAL record that changed the page, so it is
@@ -36,9 +36,9 @@
  * FSM forks, which are always listed whole.
  *
  * Judged against what answers (CaptureSourceOps::summaries, the path of
- * the SQL functions): the map (hooks; wal with ptrack.wal_legacy_map and
- * ptrack.wal_answer_source = map), file by file as above; or, when the change summaries answer (wal
- * capture, docs/design.md section 9.2), their answer itself:
+ * the SQL functions): the map (hooks), file by file as above; or, when the
+ * change summaries answer (wal capture, docs/design.md section 4.8), their
+ * answer itself:
  * summary_scan() is run once, after the cut the SQL functions ask for, and
  * its rows are kept by segment file (a hash table, bitmaps trimmed to their
  * last listed block), so that a block a summary misses (a file rewritten
@@ -80,7 +80,8 @@ PG_FUNCTION_INFO_V1(ptrack_verify);
 #include "capture/capture.h"
 #include "capture/capture_source.h"
 #include "core/datadir_walk.h"
-#include "sql/pagemap_scan.h"
+#include "sql/answer_start.h"
+#include "sql/schema_check.h"
 #include "sql/summary_scan.h"
 #include "core/shared_state.h"
 #include "sql/verify.h"
@@ -470,6 +471,7 @@ using namespace ptrack::pg;
 
 extern "C" PGDLLEXPORT Datum ptrack_verify(PG_FUNCTION_ARGS)
 {
+    require_safe_schema(fcinfo, false);
     const ptrack::Lsn since = checked_start_lsn(fcinfo);
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);

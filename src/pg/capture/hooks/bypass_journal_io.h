@@ -1,6 +1,6 @@
 /*
  * bypass_journal_io.h -- hooks source: durable marks for writes that bypass
- * shared buffers (docs/design.md section 4.7).  The entry format is the
+ * shared buffers (docs/design.md section 3.6).  The entry format is the
  * engine's (ptrack/bypass_journal.h); this file does the I/O.
  *
  * The window: a bulk writer (btree CREATE INDEX, ALTER TABLE ... SET

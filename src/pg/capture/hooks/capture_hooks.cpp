@@ -220,31 +220,40 @@ void install_capture_hooks()
 
 }  // namespace
 
-const CaptureSourceOps kHooksSource = {
-    "hooks",
-    {CaptureSourceId::kHooks, "ptrack_init_lsn() is set when tracking is first used.",
-     "Backups are not affected while the server runs: the changes are tracked in memory. If the server stops or "
-     "crashes before a later checkpoint saves the map, ptrack will not trust the map at the next start and the "
-     "next backup must be a full backup.",
-     "Make the data directory and ptrack's files in it (ptrack.map*, ptrack.sizes*) writable by the server's "
-     "user, and free disk space; the next checkpoint retries.",
-     [](const ControlFileData*, SharedState*) {}, hooks_start_fresh, hooks_continue_loaded, [] { return true; },
-     nullptr},
-    true,
-    install_capture_hooks,
-    "this server captures changes with the hooks, not from the WAL",
-    hooks_save_prepare,
-    hooks_save_covered_lsn,
-    hooks_save_sizes,
-    false,
-    hooks_save_point,
-    hooks_save_done,
-    [] {},
-    [](bool, Lsn*) { return false; },
-    wait_for_marks_in_progress,
-    true,
-    [](char*, size_t) -> const char* { return nullptr; },
-    [](SourceStatus*) { return false; },
-};
+constexpr CaptureSourceOps kHooksSource = [] {
+    CaptureSourceOps ops{};
+    ops.name = "hooks";
+    ops.persistence.id = CaptureSourceId::kHooks;
+    ops.persistence.files_dir = ""; /* the data directory (persist/state_files.h) */
+    ops.persistence.fresh_init_detail = "ptrack_init_lsn() is set when tracking is first used.";
+    ops.persistence.save_failure_detail =
+        "Backups are not affected while the server runs: the changes are tracked in memory. If the server stops or "
+        "crashes before a later checkpoint saves the map, ptrack will not trust the map at the next start and the "
+        "next backup must be a full backup.";
+    ops.persistence.save_failure_hint =
+        "Make the data directory and ptrack's files in it (ptrack.map*, ptrack.sizes*) writable by the server's "
+        "user, and free disk space; the next checkpoint retries.";
+    ops.persistence.before_load = [](const ControlFileData*, SharedState*) {};
+    ops.persistence.start_fresh = hooks_start_fresh;
+    ops.persistence.continue_loaded = hooks_continue_loaded;
+    ops.persistence.marks_map = [] { return true; };
+    ops.persistence.migrate_loaded = nullptr; /* the hooks' map is always of ptrack.map_size */
+    ops.init_lsn_on_first_use = true;
+    ops.install = install_capture_hooks;
+    ops.drops_follower_slot = "this server captures changes with the hooks, not from the WAL";
+    ops.save_prepare = hooks_save_prepare;
+    ops.save_covered_lsn = hooks_save_covered_lsn;
+    ops.save_sizes = hooks_save_sizes;
+    ops.save_point = hooks_save_point;
+    ops.save_done = hooks_save_done;
+    ops.wait_until_fresh = [] {};
+    ops.summaries = [](bool, Lsn*) { return false; };
+    ops.wait_for_marks = wait_for_marks_in_progress;
+    ops.verify_pauses_first = true;
+    ops.not_running = [](char*, size_t) -> const char* { return nullptr; };
+    ops.status = [](SourceStatus*) { return false; };
+    return ops;
+}();
+static_assert(source_ops_complete(kHooksSource), "every entry of the hooks' table is set");
 
 }  // namespace ptrack::pg

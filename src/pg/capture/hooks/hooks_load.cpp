@@ -2,7 +2,7 @@
  * hooks_load.cpp -- the hooks source's steps when the postmaster loads the
  * map (persist/map_load.cpp calls them through SourcePersistence,
  * map_persistence.h): where a fresh map can start, and what a loaded map
- * needs before it is used (docs/design.md sections 4.4 and 4.6).
+ * needs before it is used (docs/design.md sections 3.5, 3.8 and 5.2).
  *
  * The hooks mark blocks as they are written, and a saved map is complete up
  * to its covered LSN; what happened after it (a crash lost the marks made in
@@ -65,7 +65,7 @@ Lsn base_backup_init_lsn(const ControlFileData& control, Map* map)
 /*
  * ptrack_init_lsn() of a fresh map, when it can be known at startup (the wal
  * source: never, the follower establishes it where it starts reading,
- * capture_wal.cpp).  Fills `map` with what the
+ * capture/wal/follower_slot_start.cpp).  Fills `map` with what the
  * startup scan marks.  0 when nothing can be proven: established on first
  * use instead (init_lsn()).
  *
@@ -90,7 +90,7 @@ Lsn base_backup_init_lsn(const ControlFileData& control, Map* map)
  *   the redo LSN (a heap extended by several pages, the pages replay fills
  *   up to a block a record names), whose marks the lost map held, and no
  *   record of the files' sizes at the redo LSN exists (the sizes saved with
- *   a map are taken after it, docs/design.md section 4.8).  Every backup
+ *   a map are taken after it, docs/design.md section 3.7).  Every backup
  *   taken before the crash started at or before the WAL's end, so the next
  *   one must be full; every change after the end is made in this run.
  */

@@ -1,7 +1,10 @@
 /*
  * capture_wal.h -- the wal capture source: a background worker that follows
- * the server's WAL and marks what every record changed (capture_wal.cpp),
- * for servers without the core patch's hooks (docs/design.md section 7).
+ * capture_wal.h -- the wal capture source: a background worker that follows
+ * the server's WAL and records what every record changed (the WAL follower,
+ * follower.h), for servers without the core patch's hooks (docs/design.md
+ * section 4); its registration, parameters and backends' side are in
+ * capture_wal.cpp.
  */
 #ifndef PTRACK_PG_CAPTURE_WAL_H
 #define PTRACK_PG_CAPTURE_WAL_H

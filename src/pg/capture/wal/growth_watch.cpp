@@ -41,7 +41,7 @@ namespace ptrack::pg {
 
 namespace {
 
-/* ptrack.wal_file_watch (developer option): off makes every walk full, as before the watch. */
+/* ptrack.wal_file_watch (developer option): off makes every walk full. */
 bool watch_enabled = true;
 
 /*

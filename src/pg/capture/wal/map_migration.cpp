@@ -10,7 +10,10 @@ extern "C" {
 #include "capture/wal/map_migration.h"
 #include "core/boundary.h"
 #include "core/map_answer.h"
+#include "persist/limit_file_io.h"
+#include "persist/state_files.h"
 #include "persist/summary_io.h"
+#include "ptrack/limit_file.h"
 
 namespace ptrack::pg {
 
@@ -19,10 +22,7 @@ namespace {
 PTRACK_ENGINE_NOEXCEPT(&ChangeSet::add_block, &ChangeSet::add_limit, &ChangeSet::reset, &ChangeSet::open_cursor,
                        &ChangeSet::close_cursor);
 
-/*
- * The migration's set: in the follower, freed before the migration returns,
- * or at the next one if an ERROR (the walk's) interrupted it.
- */
+/* The migration's set, freed before the migration returns (an ERROR of the walk stops the postmaster). */
 alignas(ChangeSet) unsigned char set_storage[sizeof(ChangeSet)];
 ChangeSet* live_set = nullptr;
 PTRACK_FRAME_SAFE(SummaryHeader);
@@ -84,8 +84,47 @@ void migrate_file(const RelationFile* file, void* arg)
     }
 }
 
-}  // namespace
+/*
+ * The earlier version's ptrack.limits, which holds the truncations, creations
+ * and drops its map cannot express, read into a limit table of private
+ * memory that the map's answer reads (the global `limits`, shared_state.h)
+ * until release_old_limits().  nullptr, or why it cannot be used
+ * (completing "... because ..."); then no table stays attached.
+ */
+void* old_limits_region = nullptr;
 
+const char* attach_old_limits(const ControlFileData* control, Lsn map_covered)
+{
+    static char text[256];
+    if (control == nullptr)
+        return "pg_control could not be verified";
+    const size_t bytes = LimitTable::bytes(kDefaultLimitBuckets);
+    old_limits_region = malloc(bytes + kLineBytes);
+    if (old_limits_region == nullptr)
+        return "there is not enough memory to read its limit table";
+    const uintptr_t aligned = (reinterpret_cast<uintptr_t>(old_limits_region) + kLineBytes - 1) / kLineBytes * kLineBytes;
+    limits = LimitTable(reinterpret_cast<void*>(aligned), kDefaultLimitBuckets);
+    limits.clear();
+    Lsn covered = 0;
+    const char* why = load_limits(control->system_identifier, &covered);
+    if (why == nullptr && covered >= map_covered)
+        return nullptr;
+    if (why == nullptr)
+        snprintf(text, sizeof(text), "\"%s\" is complete only up to %X/%X, before the map's %X/%X",
+                 state_file(StateFile::kLimits), PTRACK_LSN_ARGS(covered), PTRACK_LSN_ARGS(map_covered));
+    else
+        snprintf(text, sizeof(text), "\"%s\", saved with it, is not usable: %s", state_file(StateFile::kLimits), why);
+    return text;
+}
+
+void release_old_limits()
+{
+    limits = LimitTable();
+    free(old_limits_region);
+    old_limits_region = nullptr;
+}
+
+/* The map's answer since `since` as the summary of [since, end) on `timeline` (map_migration.h); true if written. */
 bool migrate_map_to_summary(Lsn since, Lsn end, uint32_t timeline)
 {
     if (live_set != nullptr)
@@ -128,7 +167,9 @@ bool migrate_map_to_summary(Lsn since, Lsn end, uint32_t timeline)
     return true;
 }
 
-void wal_migrate_loaded(const ControlFileData*, const MapFileHeader& header, const Map& old_map)
+}  // namespace
+
+void wal_migrate_loaded(const ControlFileData* control, const MapFileHeader& header, const Map& old_map)
 {
     const Lsn covered = header.covered_lsn;
     const Lsn init = header.init_lsn;
@@ -141,11 +182,26 @@ void wal_migrate_loaded(const ControlFileData*, const MapFileHeader& header, con
     }
     if (!summary_keep_chain_to(covered + 1, &kept) || kept != 0 || init == 0 || init > covered)
         return;
-    /* The answer is the map's: file_changes() (core/map_answer.h) reads the global map, not attached yet here. */
+    if (const char* why = attach_old_limits(control, covered)) {
+        release_old_limits();
+        ereport(WARNING, (errmsg("ptrack could not turn its map into the change summary of %X/%X-%X/%X: %s",
+                                 PTRACK_LSN_ARGS(init), PTRACK_LSN_ARGS(covered + 1), why),
+                          errdetail("The WAL follower restarts change tracking at %X/%X when it resumes.",
+                                    PTRACK_LSN_ARGS(covered + 1)),
+                          errhint("Take a full backup: an incremental backup since an earlier start LSN is "
+                                  "refused.")));
+        return;
+    }
+    /*
+     * The answer is the map's and the limit table's: file_changes()
+     * (core/map_answer.h) reads the global map, not attached yet here, and
+     * the global limit table, attached above.
+     */
     const Map shared_map = map;
     map = old_map;
     (void) migrate_map_to_summary(init, covered + 1, header.timeline);
     map = shared_map;
+    release_old_limits();
 }
 
 }  // namespace ptrack::pg

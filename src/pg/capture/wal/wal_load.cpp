@@ -1,11 +1,11 @@
 /*
  * wal_load.cpp -- the wal source's steps when the postmaster loads the map
  * (persist/map_load.cpp calls them through SourcePersistence,
- * map_persistence.h): the floor of a fresh map's ptrack_init_lsn(), the
- * limit table a loaded map needs, and, in a data directory restored from a
- * base backup, the relation file sizes and the WAL read before recovery
- * (docs/design.md section 7.1).  The follower (capture_wal.cpp) starts from
- * what these leave in the shared state.
+ * map_persistence.h): the floor of a fresh map's ptrack_init_lsn() and, in
+ * a data directory restored from a base backup, the relation file sizes and
+ * the WAL read before recovery (docs/design.md section 4.7).  The follower
+ * (follower_slot_start.cpp) starts from what these leave in the shared
+ * state.
  *
  * Runs in the postmaster, before any other process exists; raises no ERROR
  * but for a data directory that cannot be read.
@@ -22,11 +22,9 @@ extern "C" {
 
 #include "capture/file_growth.h"
 #include "capture/startup_scan.h"
-#include "capture/wal/scan_summary.h"
+#include "capture/wal/scan_summary_writer.h"
 #include "capture/wal/wal_load.h"
-#include "persist/limit_file_io.h"
 #include "persist/map_persistence.h"
-#include "ptrack/limit_file.h"
 
 namespace ptrack::pg {
 
@@ -48,30 +46,6 @@ Lsn fresh_wal_init_floor(const ControlFileData* control)
     if (control->state == DB_SHUTDOWNED || control->state == DB_SHUTDOWNED_IN_RECOVERY)
         return control->checkPointCopy.redo + 1;
     return 0;
-}
-
-/*
- * The wal source resumes reading at the map's covered LSN, so it needs the
- * limit events of every record before it: ptrack.limits, loaded into the
- * limit table, complete up to at least that LSN (limit_file_io.h).  nullptr if
- * so, else why the map cannot be continued (the caller starts afresh, which
- * also empties the table).
- */
-const char* limits_distrust_reason(const ControlFileData* control, Lsn map_covered)
-{
-    static char text[256];
-    Lsn covered = 0;
-    const char* why = control == nullptr ? "pg_control could not be verified"
-                                         : load_limits(control->system_identifier, &covered);
-    if (why == nullptr && covered >= map_covered)
-        return nullptr;
-    if (why == nullptr)
-        snprintf(text, sizeof(text), "\"%s\" is complete only up to %X/%X, before the map's %X/%X", kLimitFileName,
-                 PTRACK_LSN_ARGS(covered), PTRACK_LSN_ARGS(map_covered));
-    else
-        snprintf(text, sizeof(text), "\"%s\", which the WAL follower needs with it, is not usable: %s", kLimitFileName,
-                 why);
-    return text;
 }
 
 /*
@@ -112,8 +86,8 @@ Lsn presize_before_recovery()
  * backup: marks what the WAL in pg_wal changed from the backup's redo LSN
  * on (the WAL recovery is about to replay, beginning with the record that
  * ends at the redo LSN if pg_wal holds it), writes the same as change
- * summaries (scan_summary.h), and records both ranges in `state` for the
- * follower (capture_wal.cpp).
+ * summaries (scan_summary_writer.h), and records both ranges in `state` for the
+ * follower (follower_slot_start.cpp).
  *
  * A standby's follower starts at consistency and reads from the redo LSN
  * itself; the scan adds the record ending exactly there, which reading from
@@ -145,7 +119,7 @@ void scan_restored_backup(const ControlFileData& control, Lsn redo, Map* map, Sh
     log_startup_scan(scan, "since the base backup's redo LSN");
     state->restored_scan_from = scanned_from(scan, redo, control.xlog_seg_size);
     state->restored_scan_end = scan.end;
-    /* The same range as summaries (scan_summary.h): the follower's chain goes on from its end. */
+    /* The same range as summaries (scan_summary_writer.h): the follower's chain goes on from its end. */
     const ScanChain chain = summaries.finish(scan.end);
     state->restored_summary_from = chain.start_lsn;
     state->restored_summary_end = chain.end_lsn;
@@ -182,9 +156,9 @@ void wal_start_fresh(const ControlFileData* control, SharedState* state, Map* ma
         scan_restored_backup(*control, state->presized_redo_lsn, map, state);
 }
 
-const char* wal_continue_loaded(const ControlFileData* control, const MapFileHeader& header, Map* map)
+const char* wal_continue_loaded(const ControlFileData*, const MapFileHeader&, Map*)
 {
-    return limits_distrust_reason(control, header.covered_lsn);
+    return nullptr;
 }
 
 }  // namespace ptrack::pg

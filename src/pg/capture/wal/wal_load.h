@@ -22,7 +22,11 @@ void wal_before_load(const ControlFileData* control, SharedState* state);
  */
 void wal_start_fresh(const ControlFileData* control, SharedState* state, Map* map);
 
-/* A trusted map: ptrack.limits, loaded, must be complete up to its covered LSN; nullptr, or why not. */
+/*
+ * A trusted map: nothing more to check here (nullptr).  The follower checks
+ * what it resumes with itself: the sizes saved with the map (growth_load())
+ * and the timeline (follower_slot_start.cpp).
+ */
 const char* wal_continue_loaded(const ControlFileData* control, const MapFileHeader& header, Map* map);
 
 }  // namespace ptrack::pg

@@ -1,5 +1,5 @@
 /*
- * pagemap_scan.h -- the start LSN every SQL function answering "since
+ * answer_start.h -- the start LSN every SQL function answering "since
  * start_lsn" takes, and ptrack_init_lsn(): one place for the checks and
  * errors of ptrack_get_pagemapset(), ptrack_get_change_stat()
  * (sql_functions.cpp) and ptrack_verify() (verify.cpp).  The map's answer
@@ -9,8 +9,8 @@
  * C-style code (boundary.h): callable only from frames that own no C++
  * objects with destructors.
  */
-#ifndef PTRACK_PG_PAGEMAP_SCAN_H
-#define PTRACK_PG_PAGEMAP_SCAN_H
+#ifndef PTRACK_PG_ANSWER_START_H
+#define PTRACK_PG_ANSWER_START_H
 
 extern "C" {
 #include "postgres.h"

@@ -1,5 +1,5 @@
 /*
- * scan_summary.h -- a restored backup's WAL, read by the postmaster's
+ * scan_summary_writer.h -- a restored backup's WAL, read by the postmaster's
  * startup scan before recovery (wal_load.cpp, capture/startup_scan.h),
  * recorded as change summaries too (persist/summary_io.h), so that the
  * summaries start where the map's fresh start does: at the backup's redo
@@ -12,8 +12,8 @@
  * backup's start LSN: the restored backup could not be the parent of the
  * next incremental one (docs/design.md section 9.2).
  */
-#ifndef PTRACK_PG_SCAN_SUMMARY_H
-#define PTRACK_PG_SCAN_SUMMARY_H
+#ifndef PTRACK_PG_SCAN_SUMMARY_WRITER_H
+#define PTRACK_PG_SCAN_SUMMARY_WRITER_H
 
 #include "capture/startup_scan.h"
 #include "ptrack/change_set.h"

@@ -1,5 +1,5 @@
 /*
- * pagemap_scan.cpp -- see pagemap_scan.h.
+ * answer_start.cpp -- see answer_start.h.
  */
 extern "C" {
 #include "postgres.h"
@@ -10,7 +10,7 @@ extern "C" {
 #include "core/boundary.h"
 #include "capture/capture_source.h"
 #include "persist/summary_io.h"
-#include "sql/pagemap_scan.h"
+#include "sql/answer_start.h"
 #include "sql/summary_scan.h"
 #include "core/shared_state.h"
 

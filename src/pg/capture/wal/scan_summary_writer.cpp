@@ -1,9 +1,9 @@
 /*
- * scan_summary.cpp -- the restored backup's startup scan written as change
- * summaries (scan_summary.h).  The set lives in the postmaster's private
- * memory for the length of the scan and is freed before the postmaster
- * forks anyone; the summaries are written exactly as the follower writes
- * its own (persist/summary_write.cpp).
+ * scan_summary_writer.cpp -- the restored backup's startup scan written as
+ * change summaries (scan_summary_writer.h).  The set lives in the
+ * postmaster's private memory for the length of the scan and is freed
+ * before the postmaster forks anyone; the summaries are written exactly as
+ * the follower writes its own (persist/summary_write.cpp).
  */
 extern "C" {
 #include "postgres.h"
@@ -11,7 +11,7 @@ extern "C" {
 
 #include <new>
 
-#include "capture/wal/scan_summary.h"
+#include "capture/wal/scan_summary_writer.h"
 #include "persist/summary_io.h"
 
 namespace ptrack::pg {
