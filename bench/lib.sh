@@ -98,6 +98,15 @@
 #   workload_describe W  one line saying what W does, with its sizes
 #   workload_conf W      prints W's server settings (postgresql.conf lines)
 #   workload_setup W DIR loads what W needs before its WAL is measured (logs in DIR)
+#   follower_conf        prints the settings of a server whose WAL follower
+#                        runs (ptrack preloaded, capture wal, 64 MB map) and,
+#                        with summarizer=1, PostgreSQL's summarizer too
+#   workload_start DATADIR LOG W DIR
+#                        server_start, CREATE EXTENSION ptrack (dies unless
+#                        it captures from the WAL), then workload_setup W DIR
+#   checkpoint_redo      CHECKPOINT; with summarizer=1 waits (up to 120 s)
+#                        until the summarizer has summarized up to its redo
+#                        LSN; prints that LSN
 #   workload_run W DIR   writes W's WAL (logs in DIR).  They read the script's
 #                        variables clients (default 4), transactions (per
 #                        client, default 5000; duration > 0 runs that many
@@ -328,6 +337,34 @@ workload_check() {
         tpcb|copy|update) ;;
         *) die "unknown workload: '$1' (tpcb, copy or update)" ;;
     esac
+}
+
+follower_conf() {
+    echo "shared_preload_libraries = 'ptrack'"
+    echo "ptrack.capture = wal"
+    echo "ptrack.map_size = 64MB"
+    if [ "${summarizer:-0}" = 1 ]; then echo "summarize_wal = on"; fi
+}
+
+workload_start() {
+    server_start "$1" "$2" "the server"
+    [ "$(psql_q 'SHOW ptrack.capture')" = wal ] || die "ptrack does not capture from the WAL on $prefix"
+    psql_q 'CREATE EXTENSION ptrack' >/dev/null
+    workload_setup "$3" "$4"
+}
+
+checkpoint_redo() {
+    local redo i
+    psql_q 'CHECKPOINT' >/dev/null
+    redo=$(psql_q 'SELECT redo_lsn FROM pg_control_checkpoint()')
+    if [ "${summarizer:-0}" = 1 ]; then
+        for i in $(seq 1 240); do
+            [ "$(psql_q "SELECT summarized_lsn >= '$redo' FROM pg_get_wal_summarizer_state()")" = t ] && break
+            [ "$i" = 240 ] && die "the summarizer did not reach $redo in 120 s"
+            sleep 0.5
+        done
+    fi
+    echo "$redo"
 }
 
 workload_amount() {

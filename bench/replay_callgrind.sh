@@ -82,10 +82,7 @@ make_template() {
     [ "$(id -u)" -eq 0 ] && chown "$pguser" "$template"
     server_initdb "$dd" "$template/initdb.log"
     {
-        echo "shared_preload_libraries = 'ptrack'"
-        echo "ptrack.capture = wal"
-        echo "ptrack.map_size = 64MB"
-        [ "$summarizer" = 1 ] && echo "summarize_wal = on"
+        follower_conf
         echo "max_wal_size = 8GB"
         echo "wal_keep_size = 8GB"
         echo "checkpoint_timeout = 1h"
@@ -93,11 +90,8 @@ make_template() {
         echo "autovacuum = off"
         workload_conf "$workload"
     } | server_conf "$dd"
-    server_start "$dd" "$template/server.log" "the template's server"
-    [ "$(psql_q 'SHOW ptrack.capture')" = wal ] || die "ptrack does not capture from the WAL on $prefix"
-    psql_q 'CREATE EXTENSION ptrack' >/dev/null
-    workload_setup "$workload" "$template"
-    redo=$(checkpoint_summarized)
+    workload_start "$dd" "$template/server.log" "$workload" "$template"
+    redo=$(checkpoint_redo)
     psql_q 'SELECT ptrack_init_lsn()' >/dev/null
     # The follower applies one batch more at most, then waits: its slot keeps the rest.
     psql_q 'ALTER SYSTEM SET ptrack.wal_batch_delay = 60000' 'SELECT pg_reload_conf()' >/dev/null
@@ -126,22 +120,6 @@ make_template() {
 
 # lsn_int X/Y: the LSN as a decimal integer.
 lsn_int() { local hi=${1%/*} lo=${1#*/}; echo $(((16#$hi << 32) + 16#$lo)); }
-
-# checkpoint_summarized: CHECKPOINT; on 17+ waits until the summarizer has
-# summarized up to its redo LSN; prints that LSN.
-checkpoint_summarized() {
-    local redo i
-    psql_q 'CHECKPOINT' >/dev/null
-    redo=$(psql_q 'SELECT redo_lsn FROM pg_control_checkpoint()')
-    if [ "$summarizer" = 1 ]; then
-        for i in $(seq 1 240); do
-            [ "$(psql_q "SELECT summarized_lsn >= '$redo' FROM pg_get_wal_summarizer_state()")" = t ] && break
-            [ "$i" = 240 ] && die "the summarizer did not reach $redo in 120 s"
-            sleep 0.5
-        done
-    fi
-    echo "$redo"
-}
 
 if [ "$remake" = 1 ] || [ ! -e "$template/lsns" ]; then
     make_template

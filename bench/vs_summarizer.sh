@@ -85,21 +85,6 @@ so_md5=$(md5_of "$pkglib/ptrack.so")
 
 pid_of() { psql_q "SELECT pid FROM pg_stat_activity WHERE backend_type = '$1'"; }
 
-# checkpoint_redo: CHECKPOINT, then waits (up to 120 s) until the summarizer
-# has summarized up to its redo LSN; prints that LSN.
-checkpoint_redo() {
-    local redo i
-    psql_q 'CHECKPOINT' >/dev/null
-    redo=$(psql_q 'SELECT redo_lsn FROM pg_control_checkpoint()')
-    [ "$summarizer" = 1 ] || { echo "$redo"; return; }
-    for i in $(seq 1 240); do
-        [ "$(psql_q "SELECT summarized_lsn >= '$redo' FROM pg_get_wal_summarizer_state()")" = t ] && break
-        [ "$i" = 240 ] && die "the summarizer did not reach $redo in 120 s"
-        sleep 0.5
-    done
-    echo "$redo"
-}
-
 # wait_summarizer LSN: until the summarizer has read every record ending at or before LSN.
 wait_summarizer() {
     local i
@@ -226,18 +211,12 @@ for w in "${workload_list[@]}"; do
         dd="$work/data-$w-$run"
         server_initdb "$dd" "$work/initdb.log"
         {
-            echo "shared_preload_libraries = 'ptrack'"
-            echo "ptrack.capture = wal"
-            echo "ptrack.map_size = 64MB"
-            [ "$summarizer" = 1 ] && echo "summarize_wal = on"
+            follower_conf
             echo "max_wal_size = 4GB"
             echo "synchronous_commit = off"
             workload_conf "$w"
         } | server_conf "$dd"
-        server_start "$dd" "$work/server-$w-$run.log" "the server"
-        [ "$(psql_q 'SHOW ptrack.capture')" = wal ] || die "ptrack does not capture from the WAL on $prefix"
-        psql_q 'CREATE EXTENSION ptrack' >/dev/null
-        workload_setup "$w" "$work"
+        workload_start "$dd" "$work/server-$w-$run.log" "$w" "$work"
         lsn_l=$(checkpoint_redo)
         psql_q 'SELECT ptrack_init_lsn()' >/dev/null
         follower=$(pid_of 'ptrack WAL follower')
