@@ -81,6 +81,8 @@
 #   process_cpu_ms PID   prints the process's CPU time (user + system), ms
 #   process_cpu_ns PID   the same in ns, from /proc/PID/schedstat (time on a
 #                        CPU as the scheduler counts it, not 10 ms ticks)
+#   command_cpu_ns CMD...  runs CMD, prints the CPU time it used in ns
+#                        (wait4() rusage, user + system)
 #   median               stdin: numbers separated by blanks or newlines;
 #                        prints their median with one decimal, "-" if none
 #   kv KEY TEXT          prints the number after "KEY=" in TEXT
@@ -270,6 +272,18 @@ process_cpu_ms() {
 
 # process_cpu_ns PID: the first field of /proc/PID/schedstat, ns on a CPU.
 process_cpu_ns() { cut -d' ' -f1 "/proc/$1/schedstat"; }
+
+# command_cpu_ns CMD...: runs CMD (output discarded) and prints the CPU time
+# it used (user + system, ns, from wait4()'s rusage: the kernel's exact sum,
+# not ticks); fails if CMD does.
+command_cpu_ns() {
+    python3 -c '
+import os, subprocess, sys
+p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+_, status, ru = os.wait4(p.pid, 0)
+print(round((ru.ru_utime + ru.ru_stime) * 1e9))
+sys.exit(0 if os.waitstatus_to_exitcode(status) == 0 else 1)' "$@"
+}
 
 median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) printf "%.1f\n", v[(NR+1)/2]; else printf "%.1f\n", (v[NR/2]+v[NR/2+1])/2}'; }
 kv() { sed -n "s/.*\\b$1=\\([0-9.]*\\).*/\\1/p" <<<"$2"; }

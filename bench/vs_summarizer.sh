@@ -17,7 +17,9 @@
 # start LSN).  The workload (bench/lib.sh, workload_run) writes its WAL; the
 # CPU of both processes over it (user + system in ns, /proc/<pid>/schedstat,
 # from before the workload until each has read all of its WAL), per MB of
-# WAL written.  Then changes of kinds the workloads do not make (VACUUM
+# WAL written.  The reading floor: pg_waldump --stats over the same WAL
+# (PostgreSQL's xlogreader: page reads, CRC-32C, decoding, as both
+# processes do; CPU from wait4()'s rusage), per MB.  Then changes of kinds the workloads do not make (VACUUM
 # FREEZE, VM bits cleared, a vacuum truncation, CREATE TABLE AS, TRUNCATE,
 # CLUSTER), CHECKPOINT, E = its redo LSN; once the summarizer has summarized
 # up to E, the blocks of every summary within [L, E)
@@ -74,7 +76,7 @@ IFS=, read -r -a workload_list <<<"$workloads"
 for w in "${workload_list[@]}"; do workload_check "$w"; done
 [ -n "$prefix" ] || die "--prefix DIR is required"
 
-find_postgres postgres pg_ctl initdb pgbench psql pg_config
+find_postgres postgres pg_ctl initdb pgbench psql pg_config pg_waldump
 major=$("$bin/pg_config" --version | sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p')
 summarizer=0
 [ "${major:-0}" -ge 17 ] && summarizer=1
@@ -241,13 +243,20 @@ for w in "${workload_list[@]}"; do
             s_ns=$((s1 - s0))
         fi
         load1=$(cut -d' ' -f1 /proc/loadavg)
+        # The reading floor, while the WAL is still there (no checkpoint has run since lsn0).
+        w_ns=$(command_cpu_ns "$bin/pg_waldump" --stats -p "$dd/pg_wal" -s "$lsn0" -e "$lsn1") ||
+            die "pg_waldump could not read $lsn0 .. $lsn1 in $dd/pg_wal"
         f_ns=$((f1 - f0))
         wal_mb=$(psql_q "SELECT round((pg_wal_lsn_diff('$lsn1', '$lsn0') / 1048576)::numeric, 1)")
         f_ms=$(awk -v n="$f_ns" -v w="$wal_mb" 'BEGIN { printf "%.3f", n / 1e6 / w }')
         s_ms=$(awk -v n="$s_ns" -v w="$wal_mb" 'BEGIN { printf "%.3f", n / 1e6 / w }')
+        w_ms=$(awk -v n="$w_ns" -v w="$wal_mb" 'BEGIN { printf "%.3f", n / 1e6 / w }')
         ratio=$(awk -v f="$f_ns" -v s="$s_ns" 'BEGIN { if (s > 0) printf "%.3f", f / s; else print "-" }')
+        w_ratio=$(awk -v f="$w_ns" -v s="$s_ns" 'BEGIN { if (s > 0) printf "%.3f", f / s; else print "-" }')
         line="run:        $w $run: $wal_mb MB of WAL; follower $f_ms ms/MB ($((f_ns / 1000000)) ms)"
         [ "$summarizer" = 1 ] && line+="; summarizer $s_ms ms/MB ($((s_ns / 1000000)) ms); ratio $ratio"
+        line+="; pg_waldump --stats $w_ms ms/MB"
+        [ "$summarizer" = 1 ] && line+=" (of the summarizer: $w_ratio)"
         echo "$line; load $load0 -> $load1"
         missed=-
         if [ "$summarizer" = 1 ] && [ "$compare" = 1 ]; then
@@ -268,7 +277,7 @@ for w in "${workload_list[@]}"; do
         fi
         server_stop "$dd"
         rm -rf "$dd"
-        echo "$wal_mb $f_ms $s_ms $ratio $load0 $load1 $missed" >>"$work/runs-$w.txt"
+        echo "$wal_mb $f_ms $s_ms $ratio $load0 $load1 $missed $w_ms $w_ratio" >>"$work/runs-$w.txt"
     done
 done
 
@@ -286,7 +295,8 @@ for w in "${workload_list[@]}"; do
             return sprintf(fmt, lo, hi)
         }
         { n++; mb[n] = $1; f[n] = $2; s[n] = $3; r[n] = $4; l[n] = $5; l[n + 1000] = $6
-          if ($7 != "-") missed += $7; else missed = "-" }
+          if ($7 != "-") missed += $7; else missed = "-"
+          wd[n] = $8; wr[n] = $9 }
         END {
             for (i = 1; i <= n; i++) { ll[i] = l[i]; ll[n + i] = l[i + 1000] }
             line = sprintf("result:     PG%s %s, %d runs, %.0f MB of WAL each (median): follower %.3f ms/MB [%s]",
@@ -294,6 +304,9 @@ for w in "${workload_list[@]}"; do
             if (summ == 1)
                 line = line sprintf(", summarizer %.3f ms/MB [%s], ratio %.3f [%s], missed %s",
                                     med(s, n), rng(s, n), med(r, n), rng(r, n), missed)
+            line = line sprintf(", pg_waldump --stats %.3f ms/MB [%s]", med(wd, n), rng(wd, n))
+            if (summ == 1)
+                line = line sprintf(" = %.3f [%s] of the summarizer", med(wr, n), rng(wr, n))
             line = line sprintf("; load %.2f [%s] (1-min avg at each run'"'"'s start and end); tree %s", med(ll, 2 * n), rng(ll, 2 * n, "%.2f-%.2f"), rev)
             print line
         }' "$work/runs-$w.txt"
