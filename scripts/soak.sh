@@ -68,6 +68,16 @@ set -euo pipefail
 usage() { sed -n '/^# Usage:/,/^#                  catalog, logs) even/p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "soak: $*" >&2; exit 2; }
 
+# $pg_probackup runs and is a 2.5 built for $pg_version.
+check_pg_probackup() {
+	local hint="give --pg-probackup (or PTRACK_PG_PROBACKUP) a pg_probackup 2.5.x built for PostgreSQL $pg_version, or neither: scripts/build-pg-probackup.sh builds one"
+	[ -f "$pg_probackup" ] && [ -x "$pg_probackup" ] || die "pg_probackup '$pg_probackup' is not an executable file; $hint"
+	local v
+	v=$("$pg_probackup" --version 2>&1 | head -n 1) || true
+	[[ $v =~ ^pg_probackup\ 2\.5\.[0-9]+\ \(PostgreSQL\ $pg_version\. ]] ||
+		die "'$pg_probackup --version' says '$v', not pg_probackup 2.5.x (PostgreSQL $pg_version.x); $hint"
+}
+
 # The whole script is one function, read before it runs: editing the file
 # during a run does not change the run.
 main() {
@@ -119,6 +129,26 @@ main() {
 
 	repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 	cd "$repo"
+	# Every name --faults gives is one of PtrackSoak::Faults's and applies to
+	# this run (as its weights() decides), so that a typo fails here, not
+	# after the cluster is set up, and no named fault is silently left out.
+	if [ -n "$faults" ]; then
+		known=$(sed -n '/^my %WEIGHTS = (/,/^);/s/^\t\([a-z_]*\) =>.*/\1/p' t/lib/PtrackSoak/Faults.pm)
+		for f in ${faults//,/ }; do
+			grep -qx "$f" <<<"$known" || die "--faults: no fault named '$f'; the faults are: $(echo $known | sed 's/ /, /g')"
+			case $f in
+				kill_follower|summary_memory|drop_slot)
+					[ "$capture" = wal ] || die "--faults: $f needs --capture wal (the WAL follower)" ;;
+				standby_crash|failover)
+					[ "$standby" = 1 ] || die "--faults: $f needs --standby" ;;
+				fill_tablespace)
+					[ "$(id -u)" -eq 0 ] || die "--faults: fill_tablespace needs root (it mounts a tmpfs for the tablespace)" ;;
+			esac
+		done
+	fi
+	# A given pg_probackup is checked before anything is built or started.
+	pg_probackup=${pg_probackup:-${PTRACK_PG_PROBACKUP:-}}
+	[ -z "$pg_probackup" ] || check_pg_probackup
 	echo "soak: seed $seed (scripts/soak.sh --pg-version $pg_version --capture $capture --minutes $minutes --seed $seed$([ "$standby" = 1 ] && echo ' --standby')${faults:+ --faults $faults})"
 
 	as_root=0
@@ -146,6 +176,10 @@ main() {
 		[ -x "$given_pg_config" ] || die "--pg-config $given_pg_config is not executable"
 		"$given_pg_config" --version | grep -q "^PostgreSQL $pg_version\." ||
 			die "--pg-config $given_pg_config is $("$given_pg_config" --version), not PostgreSQL $pg_version"
+		if [ "$capture" = hooks ] &&
+			! nm -D --defined-only "$("$given_pg_config" --bindir)/postgres" 2>/dev/null | grep -qw mdwrite_hook; then
+			die "--capture hooks needs a server built with the core patch; $("$given_pg_config" --bindir)/postgres has no hooks (without --pg-config, scripts/build-postgres.sh's build is used)"
+		fi
 		server_pg_config=$given_pg_config
 		server=$(dirname "$("$given_pg_config" --bindir)")
 	elif [ "$pg_version" = 15 ] && [ "$capture" = wal ]; then
@@ -213,19 +247,15 @@ main() {
 	fi
 	[ -x "$pg_config" ] || die "no pg_config at $pg_config"
 
-	if [ -n "$pg_probackup" ]; then
-		:
-	elif [ -n "${PTRACK_PG_PROBACKUP:-}" ]; then
-		pg_probackup=$PTRACK_PG_PROBACKUP
-	else
+	if [ -z "$pg_probackup" ]; then
 		rc=0
 		pg_probackup=$(scripts/build-pg-probackup.sh --pg-version "$pg_version" 2>"$cache/pg_probackup-$pg_version.log" | tail -n 1) || rc=$?
 		if [ "$rc" -ne 0 ] || [ -z "$pg_probackup" ]; then
 			tail -n 20 "$cache/pg_probackup-$pg_version.log" >&2
 			die "no pg_probackup for PostgreSQL $pg_version: set PTRACK_PG_PROBACKUP=/path/to/pg_probackup (2.5.x built for $pg_version), or see scripts/build-pg-probackup.sh"
 		fi
+		check_pg_probackup
 	fi
-	[ -x "$pg_probackup" ] || die "pg_probackup '$pg_probackup' is not executable"
 
 	# --- the run ----------------------------------------------------------------------
 
