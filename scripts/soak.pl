@@ -121,7 +121,13 @@ sub event
 }
 
 # Die on ^C/TERM, so that the END blocks stop the clients and the servers.
-$SIG{INT} = $SIG{TERM} = sub { die "interrupted\n" };
+# Once: the same signal often comes twice (^C reaches the whole process
+# group, and scripts/soak.sh passes it on too), and a second die would cut
+# the report, the summary and the clients' stop short.
+$SIG{INT} = $SIG{TERM} = sub {
+	$SIG{INT} = $SIG{TERM} = 'IGNORE';
+	die "interrupted\n";
+};
 
 END
 {
@@ -135,8 +141,9 @@ END
 }
 
 my $status = eval { main(); 1 } ? (@failures ? 1 : 0) : do {
-	push @failures, "the soak stopped: $@";
-	say_tty("soak: FAILED: $@");
+	my $err = $@ =~ s/\s+\z//r;
+	push @failures, "the soak stopped: $err";
+	say_tty("soak: FAILED: $err");
 	report_failure();
 	1;
 };

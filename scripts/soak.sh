@@ -272,7 +272,10 @@ main() {
 	if [ "$as_root" = 1 ]; then
 		id ptrack_test >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash ptrack_test
 		chown -R ptrack_test "$run"
-		run_as=(runuser -u ptrack_test --)
+		# setpriv execs the driver: runuser would stay its parent and, on a
+		# signal, kill it 2 s later, in the middle of stopping its servers.
+		run_as=(setpriv --reuid=ptrack_test --regid=ptrack_test --init-groups
+			env HOME="$(getent passwd ptrack_test | cut -d: -f6)" USER=ptrack_test LOGNAME=ptrack_test)
 		# A tablespace on a tiny file system: it fills up.
 		tiny=$run/tiny
 		mkdir "$tiny"
@@ -300,11 +303,16 @@ main() {
 		fi
 		if [ "$status" -eq 0 ] && [ "$keep" = 0 ] && [ ! -e "$run/KEEP" ]; then
 			rm -rf "$run"
+		elif [ ! -e "$run/KEEP" ] && [ "$keep" = 0 ]; then
+			echo "soak: kept $run (exit status $status)" >&2
 		fi
 		exit "$status"
 	}
 	trap cleanup EXIT
-	trap 'exit 130' INT TERM
+	driver=
+	signal=
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
 
 	driver_env=(PATH="$("$pg_config" --bindir):$PATH" PERL5LIB="$pgxs_dir/test/perl:$run/lib"
 		TESTDIR="$run" TMPDIR="$run" PG_REGRESS="$pgxs_dir/test/regress/pg_regress"
@@ -317,8 +325,23 @@ main() {
 	[ -n "$faults" ] && args+=(--faults "$faults")
 	[ -n "$tiny" ] && args+=(--tiny-dir "$tiny")
 	[ "$keep" = 1 ] && args+=(--keep)
-	status=0
-	(cd "$run" && "${run_as[@]}" env "${driver_env[@]}" perl "$run/soak.pl" "${args[@]}") || status=$?
+	# The driver runs in the background, so that a signal to this script
+	# (^C, kill, timeout) reaches it at once, not when the run is over; the
+	# script then waits for it to stop its clients and servers, and exits
+	# 130 (INT) or 143 (TERM).
+	trap 'signal=130; signals=$((signals + 1)); kill -INT "$driver" 2>/dev/null || true' INT
+	trap 'signal=143; signals=$((signals + 1)); kill -TERM "$driver" 2>/dev/null || true' TERM
+	signals=0
+	(cd "$run" && exec "${run_as[@]}" env "${driver_env[@]}" perl "$run/soak.pl" "${args[@]}") &
+	driver=$!
+	while :; do
+		n=$signals
+		status=0
+		wait "$driver" || status=$?
+		# wait returns early (128 + the signal) when a trap ran: wait again.
+		[ "$signals" != "$n" ] && [ "$status" -gt 128 ] || break
+	done
+	[ -z "$signal" ] || status=$signal
 	exit "$status"
 }
 
