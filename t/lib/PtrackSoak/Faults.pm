@@ -386,9 +386,17 @@ sub fault_failover
 	my $rewind = $rng->chance(0.5);
 	if ($rewind)
 	{
+		# pg_rewind takes the source's timeline from its control file, which
+		# a promotion updates only at its first checkpoint: before that it
+		# finds both on the old timeline, says no rewind is required, and
+		# the old primary cannot follow the new timeline.
+		$new->safe_psql('postgres', 'CHECKPOINT');
 		rewind_from($old, $new, test => 0);
 		$old->enable_streaming($new);
 		start_node($old, 1);
+		# A rewound node that cannot follow the new timeline fails here,
+		# not later in a client waiting for the standby.
+		$new->wait_for_catchup($old->name, 'replay', $new->lsn('insert'));
 		$cl->{standby} = $old;
 		$what .= '; the old primary rewound (pg_rewind) and started as its standby';
 	}
