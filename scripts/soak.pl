@@ -270,8 +270,12 @@ sub main
 		}
 	}
 	return if @failures;
-	stop_clients($run, $clients, 300);
-	event('clients stopped');
+	# A client that does not stop is stuck on the server or in the soak:
+	# said, not hidden by the kill.
+	my @stuck = stop_clients($run, $clients, 300);
+	$count{stuck_clients} = @stuck;
+	event(@stuck ? 'WARNING: clients ' . join(', ', @stuck) . ' did not stop within 300 s and were '
+		  . "killed: see their last operations in $run/events.log" : 'clients stopped');
 	take_backup(quiesce => 1, stopped => 1, why => 'the last backup');
 	return;
 }
@@ -556,6 +560,8 @@ sub summary
 		$count{compared}, $count{verify_pages}));
 	say_tty("soak: WARNING: $count{unexplained_restarts} tracking restarts with no fault before them")
 	  if $count{unexplained_restarts};
+	say_tty("soak: WARNING: $count{stuck_clients} clients did not stop and were killed")
+	  if $count{stuck_clients};
 	say_tty(sprintf('soak: %s %s seed %s: %d operations, %d faults, %d backups, %d restores, '
 			. '%d blocks checked, %d missed',
 		$version, $opt{capture}, $opt{seed}, $ops, $count{faults}, $count{backups},
