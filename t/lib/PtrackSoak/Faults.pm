@@ -19,7 +19,9 @@
 #                      lift_limits() (called before every backup)
 #   fill_tablespace    the tablespace on a tiny file system (root only:
 #                      scripts/soak.sh mounts it) filled up; freed again by
-#                      lift_limits()
+#                      lift_limits().  A crash while it is full can leave a
+#                      recovery that needs more space: PtrackSoak::Node
+#                      frees the reserve file there and starts again
 #   summary_memory     ptrack.wal_summary_memory at its minimum (4MB), or
 #                      back to its default (wal)
 #   full_page_writes   full_page_writes toggled
@@ -50,6 +52,7 @@ use IPC::Run;
 use Time::HiRes qw(sleep time);
 
 use PtrackCluster qw(log_position rewind_from);
+use PtrackSoak::Node;
 use PtrackSoak::Workload qw(write_primary backup_lock);
 
 my %WEIGHTS = (
@@ -169,7 +172,7 @@ sub _kill_child
 	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $offset);
 	my $ready = $standby ? qr/database system is ready to accept read.only connections/
 	  : qr/database system is ready to accept connections/;
-	$node->wait_for_log($ready, $offset);
+	$node->wait_crash_restart($offset, $ready);
 	wait_ready($node, $standby);
 	return 1;
 }
@@ -422,6 +425,7 @@ sub lift_limits
 		$p->safe_psql('soak', 'DROP TABLE IF EXISTS soak_fill');
 		$self->{filled} = 0;
 	}
+	PtrackSoak::Node::make_reserve() if $self->{cl}{tiny};
 	if ($had_limits && $self->{cl}{capture} eq 'wal')
 	{
 		# A follower that could not write a summary retries after a pause.
