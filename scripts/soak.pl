@@ -554,7 +554,9 @@ sub summary
 		$count{full}, $count{forced_full}, $count{ptrack}, $count{under_load}, $count{after_crash},
 		$count{compared}, $count{verify_pages}));
 	my $nc = PtrackSoak::Node::counts();
-	say_tty("soak: recoveries short of space started again after freeing the reserve: $nc->{freed}");
+	say_tty(sprintf('soak: crash restarts waited out by the driver: %d (%.0f s); recoveries short of '
+			. 'space started again after freeing the reserve: %d', $nc->{waits}, $nc->{waited_s},
+		$nc->{freed}));
 	say_tty("soak: WARNING: $count{unexplained_restarts} tracking restarts with no fault before them")
 	  if $count{unexplained_restarts};
 	say_tty(sprintf('soak: %s %s seed %s: %d operations, %d faults, %d backups, %d restores, '

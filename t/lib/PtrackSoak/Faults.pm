@@ -4,7 +4,10 @@
 # while the clients run: crashes of every kind, a full disk, settings that
 # change how the WAL looks or how ptrack keeps it, and with --standby a
 # failover.  Each fault leaves the cluster running again (or fails the soak
-# if it cannot: a server that does not come back is a finding too).
+# if it cannot: a server that does not come back is a finding too).  A
+# crash restart that a fault causes later (a limited checkpointer PANICs at
+# its next checkpoint) is waited out by every driver statement
+# (PtrackSoak::Node).
 #
 #   immediate_stop     pg_ctl stop -m immediate, start
 #   kill_postmaster    kill -9 of the postmaster and then of its children,
@@ -420,11 +423,16 @@ sub lift_limits
 	}
 	my $had_limits = @{ $self->{limited} };
 	$self->{limited} = [];
+	# A checkpointer that failed a write under its limit just before it
+	# went may still PANIC: the checkpoint runs once the crash restart is
+	# over (PtrackSoak::Node waits for it), so that the backup does not
+	# race it.
 	if ($self->{filled})
 	{
 		$p->safe_psql('soak', 'DROP TABLE IF EXISTS soak_fill');
 		$self->{filled} = 0;
 	}
+	$p->safe_psql('postgres', 'CHECKPOINT') if $had_limits;
 	PtrackSoak::Node::make_reserve() if $self->{cl}{tiny};
 	if ($had_limits && $self->{cl}{capture} eq 'wal')
 	{

@@ -2,6 +2,14 @@
 #
 # PtrackSoak::Node -- the soak's primary and standbys (scripts/soak.pl), kept
 # running through the faults as a DBA would keep them:
+#   - a driver connection that a crash restart refuses ("the database system
+#     is in recovery mode", "... not yet accepting connections", "... is
+#     starting up") or cuts ("terminating connection because of crash of
+#     another server process") waits until the server accepts connections
+#     again and runs its statement again, for at most $WAIT seconds.  A fault
+#     can crash a process long after it was injected (a checkpointer under
+#     prlimit --fsize PANICs when its next checkpoint writes the WAL), so
+#     every driver statement may race a crash restart;
 #   - a server whose recovery fails for want of space on the tiny
 #     tablespace's file system gets the reserve file there freed and is
 #     started again, and PostgreSQL's own recovery then finishes.  Redo can
@@ -11,11 +19,15 @@
 #     record the crash lost, gets its files written again and kept.
 #     PtrackSoak::Faults::lift_limits() makes the reserve again (as much of
 #     it as fits) once it has emptied the tablespace.
-# Each freed reserve is a line of the events log and counted
+# Each wait and each freed reserve is a line of the events log and counted
 # (counts()): the summary reports them.
 #
 #   PtrackSoak::Node::configure(note => \&event, reserve => "$tiny/reserve");
 #   PtrackSoak::Node->adopt($node);   # a PostgreSQL::Test::Cluster node
+#
+# A statement that the server cuts because its own backend crashed (no
+# "crash of another server process" warning) is not run again: that crash
+# is a finding.
 
 package PtrackSoak::Node;
 
@@ -30,14 +42,17 @@ use Time::HiRes qw(sleep time);
 
 use PtrackCluster qw(log_position log_since);
 
-# How long a crash restart may take.
+# How long a statement waits for a crash restart (PostgreSQL::Test::Cluster
+# waits as long for a start).
 my $WAIT = 300;
 
 # The reserve file's size.
 my $RESERVE_BYTES = 8 * 1048576;
 
+my $REFUSED = qr/the database system is (?:in recovery mode|not yet accepting connections|starting up|shutting down)|terminating connection because of crash of another server process/;
+
 my %config = (note => sub { }, reserve => undef);
-my %count = (freed => 0);
+my %count = (waits => 0, waited_s => 0, freed => 0);
 
 sub configure
 {
@@ -162,6 +177,71 @@ sub wait_crash_restart
 	}
 	croak 'the server ' . $self->name . " did not come back from a crash restart within $WAIT s: see "
 	  . $self->logfile;
+}
+
+# --- connections --------------------------------------------------------------------
+
+# PostgreSQL::Test::Cluster::psql (safe_psql, lsn, wait_for_catchup go
+# through it), run again while a crash restart refuses or cuts the
+# connection.
+sub psql
+{
+	my ($self, $dbname, $sql, %params) = @_;
+	my ($waiting, $why, $deadline);
+	while (1)
+	{
+		my ($out, $err) = ('', '');
+		my $ret = $self->SUPER::psql($dbname, $sql, %params, stdout => \$out, stderr => \$err,
+			on_error_die => 0);
+		if ($ret == 2 && ($err =~ /($REFUSED)/ || $self->_postmaster_down))
+		{
+			($waiting, $why, $deadline) = (time, $1 // 'the server is down', time + $WAIT)
+			  unless defined $waiting;
+			croak 'the server ' . $self->name . " did not accept connections within $WAIT s after a "
+			  . "crash restart (last: $err): see " . $self->logfile
+			  if time > $deadline;
+			$self->_free_space_and_start(_recent($self)) || croak 'the server ' . $self->name
+			  . " stopped during a crash restart ($err): see " . $self->logfile
+			  if $self->_postmaster_down;
+			sleep 0.2;
+			next;
+		}
+		$self->_report_wait($waiting, $why) if defined $waiting;
+		${ $params{stdout} } = $out if $params{stdout};
+		${ $params{stderr} } = $err if $params{stderr};
+		if ($ret && $params{on_error_die})
+		{
+			die "psql error: stderr: '$err'\nwhile running psql on $dbname with sql '$sql'" if $ret == 1;
+			die "connection error: '$err'\nwhile running psql on $dbname" if $ret == 2;
+			die "error running SQL: '$err'\nwhile running psql on $dbname with sql '$sql'" if $ret == 3;
+			die "psql returns $ret: '$err'\nwhile running psql on $dbname";
+		}
+		return wantarray ? ($ret, $out, $err) : $ret;
+	}
+}
+
+# An offset in the log before the latest crash restart (its last MB).
+sub _recent
+{
+	my ($self) = @_;
+	my $pos = log_position($self);
+	return $pos > 1048576 ? $pos - 1048576 : 0;
+}
+
+sub _report_wait
+{
+	my ($self, $since, $why) = @_;
+	my $s = time - $since;
+	$count{waits}++;
+	$count{waited_s} += $s;
+	# What crashed: the postmaster's line before its last reinitialization.
+	my $log = log_since($self, _recent($self));
+	my $reinit = rindex($log, 'all server processes terminated; reinitializing');
+	my @crashed = $reinit < 0 ? ()
+	  : substr($log, 0, $reinit) =~ /^.*?postmaster LOG:\s+(\S+(?: \S+)* process \(PID \d+\) (?:was terminated by signal|exited with exit code) .*)$/mg;
+	$config{note}->(sprintf('the driver waited %.1f s for %s to accept connections again (%s)%s',
+			$s, $self->name, $why, @crashed ? "; the last crash: $crashed[-1]" : ''));
+	return;
 }
 
 1;
