@@ -64,6 +64,7 @@ use PtrackSoak::Log;
 use PtrackSoak::Workload
   qw(start_clients pause_clients resume_clients stop_clients client_counts write_primary
   setup_workload_objects);
+use PtrackSoak::Node;
 use PtrackSoak::Faults;
 use PtrackSoak::Backups;
 use PtrackSoak::Checks;
@@ -192,18 +193,23 @@ sub main
 	  . "log_line_prefix = '%m [%p] %b '\n";
 	$conf .= "wal_log_hints = on\n" if $opt{standby} && !$checksums;
 
-	my $primary = ptrack_node('node1', allows_streaming => 1, stock => $stock,
-		checksums => $checksums, map_size => $map_size, conf => $conf);
+	PtrackSoak::Node::configure(note => \&event,
+		reserve => $opt{'tiny-dir'} ? "$opt{'tiny-dir'}/reserve" : undef);
+	my $primary = PtrackSoak::Node->adopt(ptrack_node('node1', allows_streaming => 1, stock => $stock,
+		checksums => $checksums, map_size => $map_size, conf => $conf));
 	$primary->start;
 	$primary->safe_psql('postgres', 'CREATE EXTENSION ptrack');
 
 	my %ts = (soak_ts => "$run/tablespace");
-	$ts{soak_tiny} = $opt{'tiny-dir'} if $opt{'tiny-dir'};
+	# The tiny file system holds the tablespace and, beside it, the reserve
+	# that a recovery short of space gets (PtrackSoak::Node).
+	$ts{soak_tiny} = "$opt{'tiny-dir'}/ts" if $opt{'tiny-dir'};
 	for my $name (sort keys %ts)
 	{
 		make_path($ts{$name});
 		$primary->safe_psql('postgres', "CREATE TABLESPACE $name LOCATION '$ts{$name}'");
 	}
+	PtrackSoak::Node::make_reserve();
 	setup_workload_objects($primary);
 
 	my $node_seq = 1;
@@ -300,7 +306,7 @@ sub fault_weights
 sub make_standby
 {
 	my ($from, $name) = @_;
-	my $sb = new_node($name, stock => $cluster ? $cluster->{stock} : 0);
+	my $sb = PtrackSoak::Node->adopt(new_node($name, stock => $cluster ? $cluster->{stock} : 0));
 	my @map;
 	for my $line (split /\n/, $from->safe_psql('postgres',
 		"SELECT oid, pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname LIKE 'soak%'"))
@@ -558,6 +564,10 @@ sub summary
 			. '%d right after a crash; %d restores compared with the source; ptrack_verify read %d pages',
 		$count{full}, $count{forced_full}, $count{ptrack}, $count{under_load}, $count{after_crash},
 		$count{compared}, $count{verify_pages}));
+	my $nc = PtrackSoak::Node::counts();
+	say_tty(sprintf('soak: crash restarts waited out by the driver: %d (%.0f s); recoveries short of '
+			. 'space started again after freeing the reserve: %d', $nc->{waits}, $nc->{waited_s},
+		$nc->{freed}));
 	say_tty("soak: WARNING: $count{unexplained_restarts} tracking restarts with no fault before them")
 	  if $count{unexplained_restarts};
 	say_tty("soak: WARNING: $count{stuck_clients} clients did not stop and were killed")
