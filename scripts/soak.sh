@@ -149,6 +149,15 @@ main() {
 	# A given pg_probackup is checked before anything is built or started.
 	pg_probackup=${pg_probackup:-${PTRACK_PG_PROBACKUP:-}}
 	[ -z "$pg_probackup" ] || check_pg_probackup
+	# A full disk under the run directory fails restores and servers, which
+	# would read as findings: a run starts only with room for its data
+	# directories, catalog and restores (a 1-minute run takes up to 1.5 GB,
+	# a 45-minute one several GB, the big table three times its size).
+	big_mb=${big:-$(awk -v m="$minutes" 'BEGIN { print (m >= 30 ? 1100 : 0) }')}
+	need_mb=$((2048 + 3 * big_mb))
+	free_mb=$(df -Pm "${TMPDIR:-/tmp}" | awk 'NR == 2 { print $4 }')
+	[ "${free_mb:-0}" -ge "$need_mb" ] ||
+		die "only ${free_mb:-?} MB free in ${TMPDIR:-/tmp}, and a run needs at least $need_mb MB: free some (kept runs: ls -d ${TMPDIR:-/tmp}/ptrack-soak.*) or set TMPDIR"
 	echo "soak: seed $seed (scripts/soak.sh --pg-version $pg_version --capture $capture --minutes $minutes --seed $seed$([ "$standby" = 1 ] && echo ' --standby')${faults:+ --faults $faults})"
 
 	as_root=0
