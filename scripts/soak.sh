@@ -56,7 +56,8 @@
 #
 # As root, the soak also mounts a 48 MB tmpfs for a tablespace that fills
 # up (a full disk); without root, the full disk comes from prlimit --fsize
-# only.  The run directory is under $TMPDIR (default /tmp); it is removed at
+# only.  The run directory is under $TMPDIR (default /tmp; at least 2 GB free,
+# more with the big table); it is removed at
 # the end, unless a block was missed, a restore failed, or --keep: then the
 # driver says where it is.  The last line of the output is the summary:
 #   soak: <version> <capture> seed S: N operations, F faults, B backups,
