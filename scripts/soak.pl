@@ -354,7 +354,9 @@ sub take_backup
 	$p->wait_for_catchup($src->name, 'replay', $p->lsn('insert')) if $src != $p && $o{quiesce};
 
 	my $chain = $chains[-1];
-	my $mode = $chain && !$rng->chance(0.1) ? 'PTRACK' : 'FULL';
+	# A chain ends after 8 backups: long enough to restore through, and the
+	# catalog of a long run stays within a few GB (prune_chains() keeps two).
+	my $mode = $chain && !$rng->chance(0.1) && @{ $chain->{backups} } < 8 ? 'PTRACK' : 'FULL';
 	my $init = lsn_to_int($src->safe_psql('postgres', 'SELECT ptrack_init_lsn()'));
 	my $restarted = $prev && $init > lsn_to_int($prev->{start_lsn});
 	if ($restarted)
