@@ -540,7 +540,9 @@ sub report_failure
 	say_tty("soak: seed $opt{seed} (rerun: scripts/soak.sh --pg-version $version --capture "
 		  . "$opt{capture} --minutes $opt{minutes} --seed $opt{seed}"
 		  . ($opt{standby} ? ' --standby' : '') . ($opt{clients} != 3 ? " --clients $opt{clients}" : '')
-		  . ($opt{faults} ? " --faults $opt{faults}" : '') . ')');
+		  . ($opt{faults} ? " --faults $opt{faults}" : '')
+		  . ($opt{'big-table-mb'} != ($opt{minutes} >= 30 ? 1100 : 0) ? " --big-table-mb $opt{'big-table-mb'}" : '')
+		  . ')');
 	say_tty('soak: the last operations and faults:');
 	say_tty("soak:   $_") for $log->tail(30);
 	if ($clients)
