@@ -355,7 +355,7 @@ sub take_backup
 
 	my $chain = $chains[-1];
 	# A chain ends after 8 backups: long enough to restore through, and the
-	# catalog of a long run stays within a few GB (prune_chains() keeps two).
+	# catalog of a long run stays within a few GB (prune_chains() keeps the current one).
 	my $mode = $chain && !$rng->chance(0.1) && @{ $chain->{backups} } < 8 ? 'PTRACK' : 'FULL';
 	my $init = lsn_to_int($src->safe_psql('postgres', 'SELECT ptrack_init_lsn()'));
 	my $restarted = $prev && $init > lsn_to_int($prev->{start_lsn});
@@ -510,10 +510,11 @@ sub pause_clients_or_die
 	return;
 }
 
-# Keeps the current chain and the one before it in the catalog.
+# Keeps only the current chain in the catalog: a chain is restored and
+# checked backup by backup, never again once the next FULL has passed.
 sub prune_chains
 {
-	while (@chains > 2)
+	while (@chains > 1)
 	{
 		my $old = shift @chains;
 		my ($rc, $out) = $pgpb->delete($old->{full}{id});
