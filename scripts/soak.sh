@@ -187,7 +187,7 @@ main() {
 		"$given_pg_config" --version | grep -q "^PostgreSQL $pg_version\." ||
 			die "--pg-config $given_pg_config is $("$given_pg_config" --version), not PostgreSQL $pg_version"
 		if [ "$capture" = hooks ] &&
-			! nm -D --defined-only "$("$given_pg_config" --bindir)/postgres" 2>/dev/null | grep -qw mdwrite_hook; then
+			! nm -D --defined-only "$("$given_pg_config" --bindir)/postgres" 2>/dev/null | grep -w mdwrite_hook >/dev/null; then
 			die "--capture hooks needs a server built with the core patch; $("$given_pg_config" --bindir)/postgres has no hooks (without --pg-config, scripts/build-postgres.sh's build is used)"
 		fi
 		server_pg_config=$given_pg_config
