@@ -229,7 +229,7 @@ private:
     static constexpr uint32_t kCacheLog2 = 4;
     static uint32_t cache_index(const RelFork& rel, uint32_t chunk) noexcept
     {
-        return ((rel.relfilenode ^ (chunk << 8) ^ rel.fork) * 0x9E3779B1u) >> (32 - kCacheLog2);
+        return recent_entry(rel, chunk, kCacheLog2);
     }
     void drop_cache() noexcept;
     CacheEntry cache_[1u << kCacheLog2] = {};

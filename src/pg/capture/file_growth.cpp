@@ -115,7 +115,7 @@ SizeEntry* recent[1u << kRecentLog2];
 
 inline uint32_t recent_index(const RelFork& rel, uint32_t segno)
 {
-    return ((rel.relfilenode ^ (segno << 8) ^ rel.fork) * 0x9E3779B1u) >> (32 - kRecentLog2);
+    return recent_entry(rel, segno, kRecentLog2);
 }
 
 void forget_recent()
