@@ -5,10 +5,10 @@
  *
  * The follower is a background worker, the capture source of servers
  * without the core patch's hooks (docs/design.md section 4).  It reads the
- * server's WAL with PostgreSQL's xlogreader (the no-wait page reader of
- * xlogutils.c, which also follows timeline switches through the timeline
- * history files) up to the flush position, or the replay position on a hot
- * standby, and records what each record changed at the record's end LSN
+ * server's WAL with PostgreSQL's xlogreader up to the flush position, from
+ * the WAL buffers while they hold it, or up to the replay position on a hot
+ * standby (the no-wait page reader of xlogutils.c, which also follows
+ * timeline switches through the timeline history files), and records what each record changed at the record's end LSN
  * (wal_records.cpp) in an exact change set, written as immutable summary
  * files under pg_wal/ptrack (persist/summary_io.h).  A record that ends at
  * or after L counts at an LSN >= L, so pagemapset(L) lists its blocks.
