@@ -256,7 +256,7 @@ void follow()
         RESUME_INTERRUPTS();
         /*
          * A stop request is obeyed before anything is retried (retrying first
-         * spun on a persistent error).  An ERROR the stop caused (a shutdown
+         * would spin on a persistent error).  An ERROR the stop caused (a shutdown
          * kills a running restore_command with the follower's process group,
          * wal_archive.h) is no reason to restart tracking: exit_follower()
          * saves what was applied, and the next start resumes there.
