@@ -84,6 +84,10 @@
 #   create_small_tables FROM TO
 #                        tables w_FROM..w_TO (one row, a primary key each)
 #   process_cpu_ms PID   prints the process's CPU time (user + system), ms
+#   process_cpu_ns PID   the same in ns, from /proc/PID/schedstat (time on a
+#                        CPU as the scheduler counts it, not 10 ms ticks)
+#   command_cpu_ns CMD...  runs CMD, prints the CPU time it used in ns
+#                        (wait4() rusage, user + system)
 #   median               stdin: numbers separated by blanks or newlines;
 #                        prints their median with one decimal, "-" if none
 #   kv KEY TEXT          prints the number after "KEY=" in TEXT
@@ -97,6 +101,30 @@
 #                        data checksums setting (--checksums)
 #   warn_if_reinstalled  two WARNING lines if $pkglib/ptrack.so's md5 is no
 #                        longer $so_md5
+#   workload_check W     dies unless W is one of the WAL workloads the
+#                        follower is measured on: tpcb, copy, update
+#   workload_describe W  one line saying what W does, with its sizes
+#   workload_conf W      prints W's server settings (postgresql.conf lines)
+#   workload_setup W DIR loads what W needs before its WAL is measured (logs in DIR)
+#   follower_conf        prints the settings of a server whose WAL follower
+#                        runs (ptrack preloaded, capture wal, 64 MB map) and,
+#                        with summarizer=1, PostgreSQL's summarizer too
+#   workload_start DATADIR LOG W DIR
+#                        server_start, CREATE EXTENSION ptrack (dies unless
+#                        it captures from the WAL), then workload_setup W DIR
+#   checkpoint_redo      CHECKPOINT; with summarizer=1 waits (up to 120 s)
+#                        until the summarizer has summarized up to its redo
+#                        LSN; prints that LSN
+#   workload_run W DIR   writes W's WAL (logs in DIR).  They read the script's
+#                        variables clients (default 4), transactions (per
+#                        client, default 5000; duration > 0 runs that many
+#                        seconds instead) and copy_scale (default 10):
+#                          tpcb    pgbench tpcb-like -M prepared at scale 10
+#                          copy    a bulk load: pgbench -i -s copy_scale (COPY,
+#                                  CREATE INDEX, VACUUM), after one at scale 1
+#                          update  single-row UPDATEs of pgbench_accounts at
+#                                  scale 20, shared_buffers = 32MB (evictions,
+#                                  full-page images)
 #   oracle_psql_env      exports ORACLE_PSQL: the psql command line (fields
 #                        separated by \x1f) that BenchNode runs
 #   bench_node_pl        prints the start of a Perl script for the page-LSN
@@ -258,6 +286,21 @@ process_cpu_ms() {
     awk -v t="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.0f\n", ($12 + $13) * 1000 / t }' "/proc/$1/stat"
 }
 
+# process_cpu_ns PID: the first field of /proc/PID/schedstat, ns on a CPU.
+process_cpu_ns() { cut -d' ' -f1 "/proc/$1/schedstat"; }
+
+# command_cpu_ns CMD...: runs CMD (output discarded) and prints the CPU time
+# it used (user + system, ns, from wait4()'s rusage: the kernel's exact sum,
+# not ticks); fails if CMD does.
+command_cpu_ns() {
+    python3 -c '
+import os, subprocess, sys
+p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+_, status, ru = os.wait4(p.pid, 0)
+print(round((ru.ru_utime + ru.ru_stime) * 1e9))
+sys.exit(0 if os.waitstatus_to_exitcode(status) == 0 else 1)' "$@"
+}
+
 median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) printf "%.1f\n", v[(NR+1)/2]; else printf "%.1f\n", (v[NR/2]+v[NR/2+1])/2}'; }
 kv() { sed -n "s/.*\\b$1=\\([0-9.]*\\).*/\\1/p" <<<"$2"; }
 md5_of() { md5sum "$1" | cut -d' ' -f1; }
@@ -316,4 +359,91 @@ sub safe_psql
 
 package main;
 EOF
+}
+
+# --- the WAL workloads (bench/vs_summarizer.sh, bench/replay_callgrind.sh) ----
+
+workload_check() {
+    case $1 in
+        tpcb|copy|update) ;;
+        *) die "unknown workload: '$1' (tpcb, copy or update)" ;;
+    esac
+}
+
+follower_conf() {
+    echo "shared_preload_libraries = 'ptrack'"
+    echo "ptrack.capture = wal"
+    echo "ptrack.map_size = 64MB"
+    if [ "${summarizer:-0}" = 1 ]; then echo "summarize_wal = on"; fi
+}
+
+workload_start() {
+    server_start "$1" "$2" "the server"
+    [ "$(psql_q 'SHOW ptrack.capture')" = wal ] || die "ptrack does not capture from the WAL on $prefix"
+    psql_q 'CREATE EXTENSION ptrack' >/dev/null
+    workload_setup "$3" "$4"
+}
+
+checkpoint_redo() {
+    local redo i
+    psql_q 'CHECKPOINT' >/dev/null
+    redo=$(psql_q 'SELECT redo_lsn FROM pg_control_checkpoint()')
+    if [ "${summarizer:-0}" = 1 ]; then
+        for i in $(seq 1 240); do
+            [ "$(psql_q "SELECT summarized_lsn >= '$redo' FROM pg_get_wal_summarizer_state()")" = t ] && break
+            [ "$i" = 240 ] && die "the summarizer did not reach $redo in 120 s"
+            sleep 0.5
+        done
+    fi
+    echo "$redo"
+}
+
+workload_amount() {
+    if [ "${duration:-0}" -gt 0 ]; then echo "${duration} s"; else echo "${transactions:-5000} transactions per client"; fi
+}
+
+workload_describe() {
+    case $1 in
+        tpcb) echo "pgbench tpcb-like -M prepared, scale 10, ${clients:-4} clients, $(workload_amount)" ;;
+        copy) echo "bulk load: pgbench -i -s ${copy_scale:-10} (COPY, CREATE INDEX, VACUUM)" ;;
+        update) echo "single-row UPDATEs of pgbench_accounts, scale 20, shared_buffers = 32MB, ${clients:-4} clients, $(workload_amount)" ;;
+    esac
+}
+
+workload_conf() {
+    case $1 in
+        update) echo "shared_buffers = 32MB" ;;
+        *) echo "shared_buffers = 256MB" ;;
+    esac
+}
+
+workload_setup() {
+    case $1 in
+        tpcb) load_pgbench 10 "$2/setup.log" ;;
+        copy) load_pgbench 1 "$2/setup.log" ;;
+        update)
+            load_pgbench 20 "$2/setup.log"
+            echo "\\set aid random(1, 2000000)
+UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;" | as_pg tee "$2/update.sql" >/dev/null
+            ;;
+    esac
+}
+
+workload_run() {
+    local amount=(-t "${transactions:-5000}") c=${clients:-4}
+    [ "${duration:-0}" -gt 0 ] && amount=(-T "$duration")
+    case $1 in
+        tpcb)
+            as_pg "$bin/pgbench" -h "$sock" -p "$port" -U postgres -n -M prepared -c "$c" -j "$c" "${amount[@]}" \
+                postgres >"$2/run.log" 2>&1 || die "pgbench failed: $(tail -3 "$2/run.log")"
+            ;;
+        copy)
+            as_pg "$bin/pgbench" -h "$sock" -p "$port" -U postgres -i -q -s "${copy_scale:-10}" postgres \
+                >"$2/run.log" 2>&1 || die "pgbench -i failed: $(tail -3 "$2/run.log")"
+            ;;
+        update)
+            as_pg "$bin/pgbench" -h "$sock" -p "$port" -U postgres -n -M prepared -c "$c" -j "$c" "${amount[@]}" \
+                -f "$2/update.sql" postgres >"$2/run.log" 2>&1 || die "pgbench failed: $(tail -3 "$2/run.log")"
+            ;;
+    esac
 }

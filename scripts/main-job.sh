@@ -165,7 +165,7 @@ pg_regress="$pgxs_dir/test/regress/pg_regress"
 work=$(mktemp -d "${TMPDIR:-/tmp}/ptrack-main-job.XXXXXX")
 mkdir -p "$work/lib" "$work/portlock"
 cp scripts/main-job.pl "$work/"
-cp t/lib/PtrackBackup.pm t/lib/PtrackVerify.pm t/lib/PtrackOracle.pm "$work/lib/"
+cp t/lib/PtrackBackup.pm t/lib/PtrackVerify.pm t/lib/PtrackOracle.pm t/lib/PtrackUnits.pm "$work/lib/"
 
 run_as=()
 if [ "$(id -u)" -eq 0 ]; then

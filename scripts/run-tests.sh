@@ -103,7 +103,7 @@ CORE_TESTS=(
 	t/016_bypass_writes.pl t/018_fresh_standby.pl t/020_wal_capture.pl t/021_wal_limits.pl
 	t/023_backup_role.pl t/026_archive_recovery.pl t/027_hostile_schema.pl t/028_disk_full.pl
 	t/029_startup_leftovers.pl t/030_record_kinds.pl
-	t/033_summary_retention.pl t/034_summary_failures.pl t/039_file_watch.pl
+	t/033_summary_retention.pl t/034_summary_failures.pl t/039_file_watch.pl t/042_hash_bucket_holes.pl
 )
 
 versions=all

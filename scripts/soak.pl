@@ -55,6 +55,7 @@ use Time::HiRes qw(sleep time);
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use Test::More ();
 use PtrackCluster qw(ptrack_node new_node server_has_hooks server_major);
 use PtrackOracle qw(block_counts lsn_to_int);
 use PtrackVerify qw(cluster_digests);
@@ -63,9 +64,14 @@ use PtrackSoak::Log;
 use PtrackSoak::Workload
   qw(start_clients pause_clients resume_clients stop_clients client_counts write_primary
   setup_workload_objects);
+use PtrackSoak::Node;
 use PtrackSoak::Faults;
 use PtrackSoak::Backups;
 use PtrackSoak::Checks;
+
+# Test::More's notes (PostgreSQL::Test::Cluster makes some) go to the log
+# file, as everything else but the progress lines.
+Test::More->builder->$_(\*STDOUT) for qw(output failure_output todo_output);
 
 my %opt = (clients => 3);
 GetOptions(\%opt, 'pg-version=s', 'capture=s', 'minutes=f', 'seed=s', 'standby', 'clients=i',
@@ -78,7 +84,7 @@ for my $o (qw(pg-version capture minutes seed pg-probackup))
 die "soak.pl: --capture must be hooks or wal\n" unless $opt{capture} =~ /^(hooks|wal)$/;
 die "soak.pl: --seed must be a non-negative integer\n" unless $opt{seed} =~ /^\d+$/;
 die "soak.pl: --clients must be 1 to 8\n" unless $opt{clients} >= 1 && $opt{clients} <= 8;
-$opt{'big-table-mb'} //= $opt{minutes} >= 10 ? 1100 : 0;
+$opt{'big-table-mb'} //= $opt{minutes} >= 30 ? 1100 : 0;
 
 my $run = $ENV{TESTDIR} // die "soak.pl: TESTDIR is not set (run it through scripts/soak.sh)\n";
 my $log = PtrackSoak::Log->new("$run/events.log");
@@ -116,7 +122,13 @@ sub event
 }
 
 # Die on ^C/TERM, so that the END blocks stop the clients and the servers.
-$SIG{INT} = $SIG{TERM} = sub { die "interrupted\n" };
+# Once: the same signal often comes twice (^C reaches the whole process
+# group, and scripts/soak.sh passes it on too), and a second die would cut
+# the report, the summary and the clients' stop short.
+$SIG{INT} = $SIG{TERM} = sub {
+	$SIG{INT} = $SIG{TERM} = 'IGNORE';
+	die "interrupted\n";
+};
 
 END
 {
@@ -130,8 +142,9 @@ END
 }
 
 my $status = eval { main(); 1 } ? (@failures ? 1 : 0) : do {
-	push @failures, "the soak stopped: $@";
-	say_tty("soak: FAILED: $@");
+	my $err = $@ =~ s/\s+\z//r;
+	push @failures, "the soak stopped: $err";
+	say_tty("soak: FAILED: $err");
 	report_failure();
 	1;
 };
@@ -180,18 +193,23 @@ sub main
 	  . "log_line_prefix = '%m [%p] %b '\n";
 	$conf .= "wal_log_hints = on\n" if $opt{standby} && !$checksums;
 
-	my $primary = ptrack_node('node1', allows_streaming => 1, stock => $stock,
-		checksums => $checksums, map_size => $map_size, conf => $conf);
+	PtrackSoak::Node::configure(note => \&event,
+		reserve => $opt{'tiny-dir'} ? "$opt{'tiny-dir'}/reserve" : undef);
+	my $primary = PtrackSoak::Node->adopt(ptrack_node('node1', allows_streaming => 1, stock => $stock,
+		checksums => $checksums, map_size => $map_size, conf => $conf));
 	$primary->start;
 	$primary->safe_psql('postgres', 'CREATE EXTENSION ptrack');
 
 	my %ts = (soak_ts => "$run/tablespace");
-	$ts{soak_tiny} = $opt{'tiny-dir'} if $opt{'tiny-dir'};
+	# The tiny file system holds the tablespace and, beside it, the reserve
+	# that a recovery short of space gets (PtrackSoak::Node).
+	$ts{soak_tiny} = "$opt{'tiny-dir'}/ts" if $opt{'tiny-dir'};
 	for my $name (sort keys %ts)
 	{
 		make_path($ts{$name});
 		$primary->safe_psql('postgres', "CREATE TABLESPACE $name LOCATION '$ts{$name}'");
 	}
+	PtrackSoak::Node::make_reserve();
 	setup_workload_objects($primary);
 
 	my $node_seq = 1;
@@ -258,8 +276,12 @@ sub main
 		}
 	}
 	return if @failures;
-	stop_clients($run, $clients, 300);
-	event('clients stopped');
+	# A client that does not stop is stuck on the server or in the soak:
+	# said, not hidden by the kill.
+	my @stuck = stop_clients($run, $clients, 300);
+	$count{stuck_clients} = @stuck;
+	event(@stuck ? 'WARNING: clients ' . join(', ', @stuck) . ' did not stop within 300 s and were '
+		  . "killed: see their last operations in $run/events.log" : 'clients stopped');
 	take_backup(quiesce => 1, stopped => 1, why => 'the last backup');
 	return;
 }
@@ -284,7 +306,7 @@ sub fault_weights
 sub make_standby
 {
 	my ($from, $name) = @_;
-	my $sb = new_node($name, stock => $cluster ? $cluster->{stock} : 0);
+	my $sb = PtrackSoak::Node->adopt(new_node($name, stock => $cluster ? $cluster->{stock} : 0));
 	my @map;
 	for my $line (split /\n/, $from->safe_psql('postgres',
 		"SELECT oid, pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname LIKE 'soak%'"))
@@ -332,7 +354,9 @@ sub take_backup
 	$p->wait_for_catchup($src->name, 'replay', $p->lsn('insert')) if $src != $p && $o{quiesce};
 
 	my $chain = $chains[-1];
-	my $mode = $chain && !$rng->chance(0.1) ? 'PTRACK' : 'FULL';
+	# A chain ends after 8 backups: long enough to restore through, and the
+	# catalog of a long run stays within a few GB (prune_chains() keeps the current one).
+	my $mode = $chain && !$rng->chance(0.1) && @{ $chain->{backups} } < 8 ? 'PTRACK' : 'FULL';
 	my $init = lsn_to_int($src->safe_psql('postgres', 'SELECT ptrack_init_lsn()'));
 	my $restarted = $prev && $init > lsn_to_int($prev->{start_lsn});
 	if ($restarted)
@@ -486,10 +510,11 @@ sub pause_clients_or_die
 	return;
 }
 
-# Keeps the current chain and the one before it in the catalog.
+# Keeps only the current chain in the catalog: a chain is restored and
+# checked backup by backup, never again once the next FULL has passed.
 sub prune_chains
 {
-	while (@chains > 2)
+	while (@chains > 1)
 	{
 		my $old = shift @chains;
 		my ($rc, $out) = $pgpb->delete($old->{full}{id});
@@ -516,7 +541,9 @@ sub report_failure
 	say_tty("soak: seed $opt{seed} (rerun: scripts/soak.sh --pg-version $version --capture "
 		  . "$opt{capture} --minutes $opt{minutes} --seed $opt{seed}"
 		  . ($opt{standby} ? ' --standby' : '') . ($opt{clients} != 3 ? " --clients $opt{clients}" : '')
-		  . ($opt{faults} ? " --faults $opt{faults}" : '') . ')');
+		  . ($opt{faults} ? " --faults $opt{faults}" : '')
+		  . ($opt{'big-table-mb'} != ($opt{minutes} >= 30 ? 1100 : 0) ? " --big-table-mb $opt{'big-table-mb'}" : '')
+		  . ')');
 	say_tty('soak: the last operations and faults:');
 	say_tty("soak:   $_") for $log->tail(30);
 	if ($clients)
@@ -542,8 +569,14 @@ sub summary
 			. '%d right after a crash; %d restores compared with the source; ptrack_verify read %d pages',
 		$count{full}, $count{forced_full}, $count{ptrack}, $count{under_load}, $count{after_crash},
 		$count{compared}, $count{verify_pages}));
+	my $nc = PtrackSoak::Node::counts();
+	say_tty(sprintf('soak: crash restarts waited out by the driver: %d (%.0f s); recoveries short of '
+			. 'space started again after freeing the reserve: %d', $nc->{waits}, $nc->{waited_s},
+		$nc->{freed}));
 	say_tty("soak: WARNING: $count{unexplained_restarts} tracking restarts with no fault before them")
 	  if $count{unexplained_restarts};
+	say_tty("soak: WARNING: $count{stuck_clients} clients did not stop and were killed")
+	  if $count{stuck_clients};
 	say_tty(sprintf('soak: %s %s seed %s: %d operations, %d faults, %d backups, %d restores, '
 			. '%d blocks checked, %d missed',
 		$version, $opt{capture}, $opt{seed}, $ops, $count{faults}, $count{backups},

@@ -33,7 +33,8 @@
 #   --clients N    concurrent clients (default 3)
 #   --big-table-mb MB  client 0 grows a table to MB megabytes, past the 1 GB
 #                  segment boundary, and shrinks it again (default 1100 when
-#                  --minutes is at least 10, else 0: none)
+#                  --minutes is at least 30, else 0: none; it makes each
+#                  backup's checks several times longer)
 #   --faults LIST  only these faults (comma-separated: immediate_stop,
 #                  kill_postmaster, kill_checkpointer, kill_follower,
 #                  kill_backend, restart, file_size_limit, fill_tablespace,
@@ -55,7 +56,8 @@
 #
 # As root, the soak also mounts a 48 MB tmpfs for a tablespace that fills
 # up (a full disk); without root, the full disk comes from prlimit --fsize
-# only.  The run directory is under $TMPDIR (default /tmp); it is removed at
+# only.  The run directory is under $TMPDIR (default /tmp; at least 2 GB free,
+# more with the big table); it is removed at
 # the end, unless a block was missed, a restore failed, or --keep: then the
 # driver says where it is.  The last line of the output is the summary:
 #   soak: <version> <capture> seed S: N operations, F faults, B backups,
@@ -66,6 +68,16 @@ set -euo pipefail
 
 usage() { sed -n '/^# Usage:/,/^#                  catalog, logs) even/p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "soak: $*" >&2; exit 2; }
+
+# $pg_probackup runs and is a 2.5 built for $pg_version.
+check_pg_probackup() {
+	local hint="give --pg-probackup (or PTRACK_PG_PROBACKUP) a pg_probackup 2.5.x built for PostgreSQL $pg_version, or neither: scripts/build-pg-probackup.sh builds one"
+	[ -f "$pg_probackup" ] && [ -x "$pg_probackup" ] || die "pg_probackup '$pg_probackup' is not an executable file; $hint"
+	local v
+	v=$("$pg_probackup" --version 2>&1 | head -n 1) || true
+	[[ $v =~ ^pg_probackup\ 2\.5\.[0-9]+\ \(PostgreSQL\ $pg_version\. ]] ||
+		die "'$pg_probackup --version' says '$v', not pg_probackup 2.5.x (PostgreSQL $pg_version.x); $hint"
+}
 
 # The whole script is one function, read before it runs: editing the file
 # during a run does not change the run.
@@ -118,6 +130,35 @@ main() {
 
 	repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 	cd "$repo"
+	# Every name --faults gives is one of PtrackSoak::Faults's and applies to
+	# this run (as its weights() decides), so that a typo fails here, not
+	# after the cluster is set up, and no named fault is silently left out.
+	if [ -n "$faults" ]; then
+		known=$(sed -n '/^my %WEIGHTS = (/,/^);/s/^\t\([a-z_]*\) =>.*/\1/p' t/lib/PtrackSoak/Faults.pm)
+		for f in ${faults//,/ }; do
+			grep -qx "$f" <<<"$known" || die "--faults: no fault named '$f'; the faults are: $(echo $known | sed 's/ /, /g')"
+			case $f in
+				kill_follower|summary_memory|drop_slot)
+					[ "$capture" = wal ] || die "--faults: $f needs --capture wal (the WAL follower)" ;;
+				standby_crash|failover)
+					[ "$standby" = 1 ] || die "--faults: $f needs --standby" ;;
+				fill_tablespace)
+					[ "$(id -u)" -eq 0 ] || die "--faults: fill_tablespace needs root (it mounts a tmpfs for the tablespace)" ;;
+			esac
+		done
+	fi
+	# A given pg_probackup is checked before anything is built or started.
+	pg_probackup=${pg_probackup:-${PTRACK_PG_PROBACKUP:-}}
+	[ -z "$pg_probackup" ] || check_pg_probackup
+	# A full disk under the run directory fails restores and servers, which
+	# would read as findings: a run starts only with room for its data
+	# directories, catalog and restores (a 1-minute run takes up to 1.5 GB,
+	# a 45-minute one several GB, the big table three times its size).
+	big_mb=${big:-$(awk -v m="$minutes" 'BEGIN { print (m >= 30 ? 1100 : 0) }')}
+	need_mb=$((2048 + 3 * big_mb))
+	free_mb=$(df -Pm "${TMPDIR:-/tmp}" | awk 'NR == 2 { print $4 }')
+	[ "${free_mb:-0}" -ge "$need_mb" ] ||
+		die "only ${free_mb:-?} MB free in ${TMPDIR:-/tmp}, and a run needs at least $need_mb MB: free some (kept runs: ls -d ${TMPDIR:-/tmp}/ptrack-soak.*) or set TMPDIR"
 	echo "soak: seed $seed (scripts/soak.sh --pg-version $pg_version --capture $capture --minutes $minutes --seed $seed$([ "$standby" = 1 ] && echo ' --standby')${faults:+ --faults $faults})"
 
 	as_root=0
@@ -145,6 +186,10 @@ main() {
 		[ -x "$given_pg_config" ] || die "--pg-config $given_pg_config is not executable"
 		"$given_pg_config" --version | grep -q "^PostgreSQL $pg_version\." ||
 			die "--pg-config $given_pg_config is $("$given_pg_config" --version), not PostgreSQL $pg_version"
+		if [ "$capture" = hooks ] &&
+			! nm -D --defined-only "$("$given_pg_config" --bindir)/postgres" 2>/dev/null | grep -w mdwrite_hook >/dev/null; then
+			die "--capture hooks needs a server built with the core patch; $("$given_pg_config" --bindir)/postgres has no hooks (without --pg-config, scripts/build-postgres.sh's build is used)"
+		fi
 		server_pg_config=$given_pg_config
 		server=$(dirname "$("$given_pg_config" --bindir)")
 	elif [ "$pg_version" = 15 ] && [ "$capture" = wal ]; then
@@ -196,27 +241,31 @@ main() {
 				rm -rf "$build"
 				echo "${tmp_pg_config#"$install.tmp"}" >"$install.tmp/.soak-install-stamp"
 				mv "$install.tmp" "$install"
-				# The two newest installs of each server are kept.
-				ls -dt "$cache/$tag"-* 2>/dev/null | grep -v '\.tmp$' | tail -n +3 | xargs -r rm -rf
-			) 9>"$cache/.lock"
+				# The two newest installs of each server are kept, and any
+				# that a run is using (it holds its stamp file locked).
+				ls -dt "$cache/$tag"-*/ 2>/dev/null | grep -v '\.tmp/$' | tail -n +3 |
+					while read -r old; do
+						old=${old%/}
+						flock -n -x "$old/.soak-install-stamp" rm -rf "$old" "$old.lock" || true
+					done
+			) 9>"$install.lock"
 		fi
+		# In use until this script ends (the pruning above leaves it alone).
+		exec 8<"$install/.soak-install-stamp"
+		flock -s 8
 		pg_config=$install$(cat "$install/.soak-install-stamp")
 	fi
 	[ -x "$pg_config" ] || die "no pg_config at $pg_config"
 
-	if [ -n "$pg_probackup" ]; then
-		:
-	elif [ -n "${PTRACK_PG_PROBACKUP:-}" ]; then
-		pg_probackup=$PTRACK_PG_PROBACKUP
-	else
+	if [ -z "$pg_probackup" ]; then
 		rc=0
 		pg_probackup=$(scripts/build-pg-probackup.sh --pg-version "$pg_version" 2>"$cache/pg_probackup-$pg_version.log" | tail -n 1) || rc=$?
 		if [ "$rc" -ne 0 ] || [ -z "$pg_probackup" ]; then
 			tail -n 20 "$cache/pg_probackup-$pg_version.log" >&2
 			die "no pg_probackup for PostgreSQL $pg_version: set PTRACK_PG_PROBACKUP=/path/to/pg_probackup (2.5.x built for $pg_version), or see scripts/build-pg-probackup.sh"
 		fi
+		check_pg_probackup
 	fi
-	[ -x "$pg_probackup" ] || die "pg_probackup '$pg_probackup' is not executable"
 
 	# --- the run ----------------------------------------------------------------------
 
@@ -233,7 +282,10 @@ main() {
 	if [ "$as_root" = 1 ]; then
 		id ptrack_test >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash ptrack_test
 		chown -R ptrack_test "$run"
-		run_as=(runuser -u ptrack_test --)
+		# setpriv execs the driver: runuser would stay its parent and, on a
+		# signal, kill it 2 s later, in the middle of stopping its servers.
+		run_as=(setpriv --reuid=ptrack_test --regid=ptrack_test --init-groups
+			env HOME="$(getent passwd ptrack_test | cut -d: -f6)" USER=ptrack_test LOGNAME=ptrack_test)
 		# A tablespace on a tiny file system: it fills up.
 		tiny=$run/tiny
 		mkdir "$tiny"
@@ -261,11 +313,16 @@ main() {
 		fi
 		if [ "$status" -eq 0 ] && [ "$keep" = 0 ] && [ ! -e "$run/KEEP" ]; then
 			rm -rf "$run"
+		elif [ ! -e "$run/KEEP" ] && [ "$keep" = 0 ]; then
+			echo "soak: kept $run (exit status $status)" >&2
 		fi
 		exit "$status"
 	}
 	trap cleanup EXIT
-	trap 'exit 130' INT TERM
+	driver=
+	signal=
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
 
 	driver_env=(PATH="$("$pg_config" --bindir):$PATH" PERL5LIB="$pgxs_dir/test/perl:$run/lib"
 		TESTDIR="$run" TMPDIR="$run" PG_REGRESS="$pgxs_dir/test/regress/pg_regress"
@@ -278,8 +335,23 @@ main() {
 	[ -n "$faults" ] && args+=(--faults "$faults")
 	[ -n "$tiny" ] && args+=(--tiny-dir "$tiny")
 	[ "$keep" = 1 ] && args+=(--keep)
-	status=0
-	(cd "$run" && "${run_as[@]}" env "${driver_env[@]}" perl "$run/soak.pl" "${args[@]}") || status=$?
+	# The driver runs in the background, so that a signal to this script
+	# (^C, kill, timeout) reaches it at once, not when the run is over; the
+	# script then waits for it to stop its clients and servers, and exits
+	# 130 (INT) or 143 (TERM).
+	trap 'signal=130; signals=$((signals + 1)); kill -INT "$driver" 2>/dev/null || true' INT
+	trap 'signal=143; signals=$((signals + 1)); kill -TERM "$driver" 2>/dev/null || true' TERM
+	signals=0
+	(cd "$run" && exec "${run_as[@]}" env "${driver_env[@]}" perl "$run/soak.pl" "${args[@]}") &
+	driver=$!
+	while :; do
+		n=$signals
+		status=0
+		wait "$driver" || status=$?
+		# wait returns early (128 + the signal) when a trap ran: wait again.
+		[ "$signals" != "$n" ] && [ "$status" -gt 128 ] || break
+	done
+	[ -z "$signal" ] || status=$signal
 	exit "$status"
 }
 

@@ -6,9 +6,10 @@
  * summary file (ptrack/summary_file.h) and empties it.
  *
  * Why this shape.  The follower calls add_block() once per block reference
- * of every WAL record, so adding must cost a few nanoseconds: the last
- * (fork, chunk) touched is cached (WAL references come in runs on the same
- * relation), any other is one probe of a single table keyed by (relation
+ * of every WAL record, so adding must cost a few nanoseconds: the last 16
+ * (fork, chunk)s touched are cached (WAL references come in runs on a few
+ * relations: a heap page and its VM page, an index, the next table), any
+ * other is one probe of a single table keyed by (relation
  * fork, chunk number), so a random reference costs two cache misses (the
  * table's slot, then the chunk's container), and a chunk of 65,536 blocks
  * (ptrack/change_cursor.h) starts as
@@ -162,7 +163,14 @@ private:
     void* allocate(size_t bytes) noexcept;
     void release(void* p, size_t bytes) noexcept;
     AddResult refuse(Refusal why) noexcept;
-    AddResult done() noexcept { return needs_cut() ? AddResult::kCutSoon : AddResult::kOk; }
+    /* The answer of an add that changed no allocation and no count: near_cut_ still holds. */
+    AddResult unchanged() const noexcept { return near_cut_ ? AddResult::kCutSoon : AddResult::kOk; }
+    /* After anything that may have changed them: needs_cut() again. */
+    AddResult done() noexcept
+    {
+        near_cut_ = needs_cut();
+        return unchanged();
+    }
 
     /* The fork's index, or UINT32_MAX if it is not in the set. */
     uint32_t fork_find(const RelFork& rel) const noexcept;
@@ -203,11 +211,28 @@ private:
     uint32_t db_count_ = 0;
 
     uint64_t block_count_ = 0;
+    /* needs_cut() as of the last add, clear() or reset(): an add that allocates nothing keeps it. */
+    bool near_cut_ = false;
 
-    /* The last (fork, chunk) added to: most block references repeat it. */
-    RelFork cache_rel_{0, 0, 0, 0xFE};
-    uint32_t cache_chunk_ = 0;
-    Chunk* cache_ = nullptr; /* nullptr: no cache */
+    /*
+     * The (fork, chunk)s added to last, direct-mapped by a cheap hash of the
+     * key: WAL records name a few relations in turn (a heap page, its VM
+     * page, an index, the next table), and each stays in its entry.  An
+     * entry's slot pointer is dropped whenever slots move or go
+     * (drop_cache()).
+     */
+    struct CacheEntry {
+        RelFork rel;
+        uint32_t chunk;
+        Chunk* slot; /* nullptr: empty */
+    };
+    static constexpr uint32_t kCacheLog2 = 4;
+    static uint32_t cache_index(const RelFork& rel, uint32_t chunk) noexcept
+    {
+        return recent_entry(rel, chunk, kCacheLog2);
+    }
+    void drop_cache() noexcept;
+    CacheEntry cache_[1u << kCacheLog2] = {};
 };
 
 }  // namespace ptrack

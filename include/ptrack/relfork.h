@@ -34,6 +34,17 @@ inline bool operator==(const RelFork& a, const RelFork& b) noexcept
            a.fork == b.fork;
 }
 
+/*
+ * The entry of (rel, n) in a direct-mapped cache of 2^log2 entries (log2 in
+ * 1..31), n a chunk or segment number: a multiplicative hash (2^32 / the
+ * golden ratio) of the relfilenode, n and the fork.  Neighbouring chunks or
+ * segments of one fork, and a heap and its VM, land in different entries.
+ */
+inline uint32_t recent_entry(const RelFork& rel, uint32_t n, uint32_t log2) noexcept
+{
+    return ((rel.relfilenode ^ (n << 8) ^ rel.fork) * 0x9E3779B1u) >> (32 - log2);
+}
+
 }  // namespace ptrack
 
 #endif

@@ -5,7 +5,7 @@
  * (t/unit/summary_cuts_test.cpp).  The follower (src/pg/capture/wal/) asks,
  * then does the I/O: writes the summary, reads a record again, marks a file.
  *
- * The rules (docs/design.md section 9.1).  A record's changes count at its
+ * The rules (docs/design.md section 4.5).  A record's changes count at its
  * end LSN, and a summary [start, end) holds every change at an LSN in that
  * range, so the record ending exactly at a cut belongs to the later summary.
  * The set being built holds every change at an LSN >= set_start that the

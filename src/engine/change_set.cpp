@@ -245,8 +245,14 @@ bool ChangeSet::grow_chunks() noexcept
     release(chunks_, chunk_slot_count_ * sizeof(Chunk));
     chunks_ = slots;
     chunk_slot_count_ = slot_count;
-    cache_ = nullptr; /* slots moved */
+    drop_cache(); /* slots moved */
     return true;
+}
+
+void ChangeSet::drop_cache() noexcept
+{
+    for (CacheEntry& e : cache_)
+        e.slot = nullptr;
 }
 
 ChangeSet::Chunk* ChangeSet::chunk_find(const RelFork& rel, uint32_t chunk) noexcept
@@ -349,21 +355,21 @@ bool ChangeSet::add_to_chunk(Chunk* c, uint32_t offset) noexcept
 AddResult ChangeSet::add_block(const RelFork& rel, BlockNumber block) noexcept
 {
     const uint32_t chunk = block >> kChunkShift;
-    Chunk* c = cache_;
-    if (c == nullptr || cache_chunk_ != chunk || !(cache_rel_ == rel)) {
+    CacheEntry& e = cache_[cache_index(rel, chunk)];
+    Chunk* c = e.slot;
+    if (c == nullptr || e.chunk != chunk || !(e.rel == rel)) {
         c = chunk_find(rel, chunk);
         if (c == nullptr)
             return add_first_block(rel, block);
-        cache_ = c;
-        cache_rel_ = rel;
-        cache_chunk_ = chunk;
+        e = CacheEntry{rel, chunk, c};
     }
     const uint32_t offset = block & (kChunkBlocks - 1);
     if (offset >= c->limit)
-        return done(); /* the fork's limit already lists it */
+        return unchanged(); /* the fork's limit already lists it */
+    const size_t used = used_;
     if (!add_to_chunk(c, offset))
-        return AddResult::kRefused;
-    return done();
+        return AddResult::kRefused; /* nothing changed */
+    return used_ == used ? unchanged() : done();
 }
 
 AddResult ChangeSet::add_first_block(const RelFork& rel, BlockNumber block) noexcept
@@ -383,6 +389,7 @@ AddResult ChangeSet::add_first_block(const RelFork& rel, BlockNumber block) noex
     }
     if (fork == UINT32_MAX && (fork = fork_insert(rel)) == UINT32_MAX) {
         release(data, first_bytes);
+        near_cut_ = needs_cut(); /* the chunk table may have grown */
         return AddResult::kRefused;
     }
     std::memset(data, 0xFF, first_bytes);
@@ -404,9 +411,7 @@ AddResult ChangeSet::add_first_block(const RelFork& rel, BlockNumber block) noex
     Fork& f = forks_[fork];
     if (chunk >= f.chunk_end)
         f.chunk_end = chunk + 1;
-    cache_ = &c;
-    cache_rel_ = rel;
-    cache_chunk_ = chunk;
+    cache_[cache_index(rel, chunk)] = CacheEntry{rel, chunk, &c};
     add_to_chunk(&c, block & (kChunkBlocks - 1)); /* an empty set of 8 slots takes it */
     return done();
 }
@@ -468,6 +473,7 @@ AddResult ChangeSet::add_blocks(const BlockRef* refs, uint32_t n) noexcept
             }
             while (fork_count_ > forks_before)
                 remove_last_fork();
+            near_cut_ = needs_cut();
             return result;
         }
         if (block_count_ != blocks)
@@ -530,7 +536,7 @@ void ChangeSet::remove_chunk(Chunk* c) noexcept
         chunks_, slots - 1, static_cast<uint64_t>(c - chunks_), [](const Chunk& x) { return x.data == nullptr; },
         [slots](const Chunk& x) { return chunk_home(rel_of(x), x.chunk, slots); }, [](Chunk& x) { x.data = nullptr; });
     --chunk_count_;
-    cache_ = nullptr; /* slots moved */
+    drop_cache(); /* slots moved */
 }
 
 void ChangeSet::remove_last_fork() noexcept
@@ -546,7 +552,7 @@ void ChangeSet::remove_last_fork() noexcept
         [forks, mask](uint32_t v) { return uint64_t{static_cast<uint32_t>(hash_rel(forks[v - 1].rel)) & mask}; },
         [](uint32_t& v) { v = 0; });
     --fork_count_;
-    cache_ = nullptr;
+    drop_cache();
 }
 
 void ChangeSet::lower_chunk_limits(uint32_t fork, BlockNumber first) noexcept
@@ -618,9 +624,9 @@ void ChangeSet::clear() noexcept
     chunk_count_ = 0;
     db_count_ = 0;
     block_count_ = 0;
-    cache_rel_ = RelFork{0, 0, 0, 0xFE};
-    cache_ = nullptr;
+    drop_cache();
     refusal_ = Refusal::kNone;
+    near_cut_ = needs_cut();
 }
 
 void ChangeSet::reset() noexcept
@@ -636,6 +642,7 @@ void ChangeSet::reset() noexcept
     dbs_ = nullptr;
     chunk_slot_count_ = 0;
     fork_capacity_ = fork_slot_count_ = db_capacity_ = 0;
+    near_cut_ = needs_cut();
 }
 
 /* The set in cursor order: forks sorted, then their chunks (ptrack/change_cursor.h). */

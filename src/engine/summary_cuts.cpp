@@ -1,7 +1,7 @@
 /*
  * summary_cuts.cpp -- the WAL follower's cut decisions as pure functions; the
  * rules and the reasons are in ptrack/summary_cuts.h and docs/design.md
- * section 9.1.
+ * section 4.5.
  */
 #include "ptrack/summary_cuts.h"
 

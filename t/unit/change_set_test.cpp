@@ -13,6 +13,9 @@
  *   silently: every accepted block is read back;
  * - clear() empties and keeps the tables, reset() frees every byte the
  *   allocator gave;
+ * - the cached (fork, chunk)s follow the chunk table when it grows or a
+ *   refused batch takes chunks back; every accepted add answers kCutSoon
+ *   exactly when needs_cut() says so after it;
  * - add_blocks() adds what add_block() on each reference adds, and a
  *   refused batch (a failing allocator at every allocation in turn, the
  *   budget, too many references) leaves no block, chunk or fork of itself.
@@ -237,6 +240,8 @@ TEST(ChangeSet, BudgetSaysCutSoonBeforeItRefuses)
         if (!cut_soon) {
             EXPECT_FALSE(set.needs_cut());
         }
+        /* Every accepted add answers what needs_cut() says after it (kept between adds that allocate nothing). */
+        ASSERT_EQ(result == AddResult::kCutSoon, set.needs_cut()) << "add " << i << " of block " << b;
     }
     ASSERT_NE(refused_at, 0u) << "the budget never stopped the set";
     EXPECT_TRUE(cut_soon) << "refused at add " << refused_at << " without a kCutSoon before";
@@ -244,6 +249,82 @@ TEST(ChangeSet, BudgetSaysCutSoonBeforeItRefuses)
     EXPECT_LE(set.used_bytes(), set.budget_bytes());
     EXPECT_LE(set.peak_bytes(), set.budget_bytes());
     /* Nothing accepted was lost, nothing refused was kept. */
+    EXPECT_EQ(difference(model.normalized(), contents(set)), "");
+    set.reset();
+}
+
+TEST(ChangeSet, CutSoonFollowsContainersGrowing)
+{
+    /*
+     * Dense blocks, chunk after chunk of a few forks: most of the memory
+     * comes from a chunk's container growing (a bigger sparse set, then a
+     * bitmap) on an add to a chunk the set has, and the add that takes the
+     * set near its budget must say so.
+     */
+    ChangeSet set(ChangeSet::kMinBudget);
+    bool cut_soon = false;
+    constexpr uint32_t kPerChunk = kSparseMaxBlocks + 64; /* every chunk ends as a bitmap */
+    for (uint32_t i = 0; i < 4000000 && !cut_soon; ++i) {
+        const uint32_t n = i / kPerChunk;
+        const RelFork r{1663, 5, 16384 + n % 3, kMainFork};
+        const BlockNumber b = n / 3 * kChunkBlocks + (((i % kPerChunk) * 40503u) & (kChunkBlocks - 1));
+        const size_t used = set.used_bytes();
+        const AddResult result = set.add_block(r, b);
+        ASSERT_NE(result, AddResult::kRefused) << "refused without a kCutSoon before, add " << i;
+        ASSERT_EQ(result == AddResult::kCutSoon, set.needs_cut())
+            << "add " << i << " of block " << b << ", " << used << " -> " << set.used_bytes() << " bytes";
+        cut_soon = result == AddResult::kCutSoon;
+    }
+    EXPECT_TRUE(cut_soon) << "the set never came near its budget";
+    set.reset();
+}
+
+TEST(ChangeSet, CachedChunksFollowTheTableWhenItGrowsOrLosesSlots)
+{
+    /*
+     * 40 relations in turn (more than the 16 cached (fork, chunk)s, so
+     * entries collide and are replaced), each getting a new chunk now and
+     * then (the chunk table grows several times, moving every slot), and
+     * refused batches that take back the chunks they made (slots move
+     * back): every block added through a cached entry must land in the
+     * table as it is now.
+     */
+    TestAllocator allocator;
+    ChangeSet set(size_t{64} << 20, allocator);
+    Model model;
+    for (uint32_t round = 0; round < 400; ++round) {
+        for (uint32_t r = 0; r < 40; ++r) {
+            const RelFork rel{1663, 5, 20000 + r, static_cast<uint8_t>(r % 3 == 2 ? kVisibilityMapFork : kMainFork)};
+            const BlockNumber block = (round / 8) * kChunkBlocks + (round * 7 + r) % 512;
+            ASSERT_NE(set.add_block(rel, block), AddResult::kRefused);
+            model.block(rel, block);
+        }
+        if (round % 50 == 49) {
+            /*
+             * A batch refused by its last add (a failing allocation) after
+             * it made new chunks of forks the set has (so only chunks go).
+             */
+            const BlockNumber far = (1000 + round) * kChunkBlocks;
+            BlockRef refs[3] = {{RelFork{1663, 5, 20000, kMainFork}, far + 1},
+                                {RelFork{1663, 5, 20001, kMainFork}, far + 2},
+                                {RelFork{1663, 5, 20003, kMainFork}, far + 3}};
+            allocator.fail_at = allocator.calls + 2;
+            EXPECT_EQ(set.add_blocks(refs, 3), AddResult::kRefused);
+            allocator.fail_at = ~uint64_t{0};
+            /* Their (fork, chunk)s were cached when made: added again, they must find the table's slots. */
+            for (const BlockRef& ref : refs) {
+                ASSERT_NE(set.add_block(ref.rel, ref.block), AddResult::kRefused);
+                ASSERT_NE(set.add_block(ref.rel, ref.block + 1), AddResult::kRefused);
+                model.block(ref.rel, ref.block);
+                model.block(ref.rel, ref.block + 1);
+            }
+        }
+    }
+    EXPECT_GT(set.chunk_count(), 1000u) << "the chunk table did not grow";
+    uint64_t model_blocks = 0;
+    for (const auto& fork : model.normalized().forks)
+        model_blocks += fork.second.blocks.size();
+    EXPECT_EQ(set.block_count(), model_blocks);
     EXPECT_EQ(difference(model.normalized(), contents(set)), "");
     set.reset();
 }

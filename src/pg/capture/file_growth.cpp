@@ -104,8 +104,25 @@ PendingGrowth* pending = nullptr; /* TopMemoryContext, grown by doubling */
 uint32_t pending_count = 0;
 uint32_t pending_capacity = 0;
 
-/* The entry growth_block_referenced() used last (consecutive references hit the same segment). */
-SizeEntry* last_entry = nullptr;
+/*
+ * The entries growth_block_referenced() used last, direct-mapped by a cheap
+ * hash of the segment: records name a few segments in turn (a table, its
+ * index, the next table), each a dynahash lookup otherwise.  Entries never
+ * move in dynahash; every removal forgets them all (forget_recent()).
+ */
+constexpr uint32_t kRecentLog2 = 4;
+SizeEntry* recent[1u << kRecentLog2];
+
+inline uint32_t recent_index(const RelFork& rel, uint32_t segno)
+{
+    return recent_entry(rel, segno, kRecentLog2);
+}
+
+void forget_recent()
+{
+    for (SizeEntry*& e : recent)
+        e = nullptr;
+}
 
 SegmentKey key_of(const RelFork& rel, uint32_t segno)
 {
@@ -160,7 +177,7 @@ void note_file(const RelationFile* file, void* arg)
 
 void forget_unseen()
 {
-    last_entry = nullptr;
+    forget_recent();
     HASH_SEQ_STATUS status;
     hash_seq_init(&status, sizes);
     while (auto* entry = static_cast<SizeEntry*>(hash_seq_search(&status)))
@@ -258,7 +275,7 @@ void look_at_segment(const RelSegment& segment, WalkState* walk)
         if (errno != ENOENT)
             ereport(ERROR, (errcode_for_file_access(), errmsg("could not stat file \"%s\": %m", path)));
         const SegmentKey key = key_of(segment.rel, segment.segno);
-        last_entry = nullptr;
+        forget_recent();
         (void) hash_search(sizes, &key, HASH_REMOVE, NULL);
         return;
     }
@@ -296,7 +313,7 @@ WalkState collecting;
  */
 void undo_collected()
 {
-    last_entry = nullptr;
+    forget_recent();
     for (uint32_t i = 0; i < collecting.count; ++i) {
         const Growth& g = collecting.growth[i];
         const SegmentKey key = key_of(g.rel, g.segno);
@@ -394,7 +411,7 @@ void forget_table()
     if (sizes != nullptr)
         hash_destroy(sizes);
     sizes = nullptr;
-    last_entry = nullptr;
+    forget_recent();
 }
 
 /*
@@ -423,11 +440,12 @@ void growth_create()
     ctl.entrysize = sizeof(SizeEntry);
     ctl.hcxt = TopMemoryContext;
     sizes = hash_create("ptrack relation file sizes", 1024, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    forget_recent();
 }
 
 void growth_reset()
 {
-    last_entry = nullptr;
+    forget_recent();
     pending_count = 0; /* the sizes they lowered are gone: a baseline or a load follows */
     HASH_SEQ_STATUS status;
     hash_seq_init(&status, sizes);
@@ -632,7 +650,8 @@ BlockNumber growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn l
 {
     const uint32_t segno = block / RELSEG_SIZE;
     const uint32_t offset = block % RELSEG_SIZE;
-    SizeEntry* entry = last_entry;
+    SizeEntry*& slot = recent[recent_index(rel, segno)];
+    SizeEntry* entry = slot;
     if (entry == nullptr || entry->key.segno != segno || entry->key.relfilenode != rel.relfilenode ||
         entry->key.fork != rel.fork || entry->key.db_oid != rel.db_oid || entry->key.spc_oid != rel.spc_oid) {
         const SegmentKey key = key_of(rel, segno);
@@ -643,7 +662,7 @@ BlockNumber growth_block_referenced(const RelFork& rel, BlockNumber block, Lsn l
             entry->dated = 0;
             entry->seen_in = walk_number;
         }
-        last_entry = entry;
+        slot = entry;
     }
     if (offset < entry->dated)
         return block;

@@ -25,6 +25,8 @@
  *                           ReplicationSlotCreate/Acquire (compat.cpp)
  *   bgworker_is_registered()  a walk of BackgroundWorkerList (slist; 18: dlist)
  *   guc_variables()         every configuration variable (get_guc_variables)
+ *   wal_read_from_buffers() WALReadFromBuffers() (17+; on 15 it reads
+ *                           nothing, and the files serve every page)
  *
  * Page headers are read field by field (sql/verify.cpp), so that the Page
  * type, char * (15, 17) or PageData * (18), never matters.
@@ -37,6 +39,7 @@ extern "C" {
 
 #include "access/rmgr.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "access/xlogreader.h"
 #include "catalog/pg_control.h"
 #include "catalog/storage_xlog.h"
@@ -196,6 +199,25 @@ bool bgworker_is_registered(const char* library, const char* function);
 
 /* Every configuration variable, *count of them (PostgreSQL's own array: do not change it). */
 config_generic** guc_variables(int* count);
+
+/*
+ * Copies the WAL [start, start + count) on timeline `tli` from the WAL
+ * buffers in shared memory into `dst`, as far as the buffers still hold it
+ * (xlog.c, WALReadFromBuffers(): no lock; a page replaced while it was
+ * copied ends the copy): returns the number of bytes copied, from `start`
+ * on, 0 during recovery, on another timeline, and on PostgreSQL 15, which
+ * has no such reader.  The caller reads no further than the WAL flushed;
+ * PostgreSQL raises an ERROR for a range past the WAL inserted.
+ */
+inline Size wal_read_from_buffers(char* dst, XLogRecPtr start, Size count, TimeLineID tli)
+{
+#if PG_MAJORVERSION_NUM >= 17
+    return WALReadFromBuffers(dst, start, count, tli);
+#else
+    (void) dst, (void) start, (void) count, (void) tli;
+    return 0;
+#endif
+}
 
 }  // namespace ptrack::pg
 

@@ -90,7 +90,7 @@ void map_file_row(const RelationFile* file, void* arg)
 /*
  * The rows since state->since, from where the running source answers: the
  * summary files (wal capture), after a cut that puts every change made
- * before the call into them; else the map and the limit table.
+ * before the call into them; else (hooks) the map.
  */
 void answer(PagemapScan* state)
 {

@@ -4,7 +4,10 @@
 # while the clients run: crashes of every kind, a full disk, settings that
 # change how the WAL looks or how ptrack keeps it, and with --standby a
 # failover.  Each fault leaves the cluster running again (or fails the soak
-# if it cannot: a server that does not come back is a finding too).
+# if it cannot: a server that does not come back is a finding too).  A
+# crash restart that a fault causes later (a limited checkpointer PANICs at
+# its next checkpoint) is waited out by every driver statement
+# (PtrackSoak::Node).
 #
 #   immediate_stop     pg_ctl stop -m immediate, start
 #   kill_postmaster    kill -9 of the postmaster and then of its children,
@@ -19,10 +22,13 @@
 #                      lift_limits() (called before every backup)
 #   fill_tablespace    the tablespace on a tiny file system (root only:
 #                      scripts/soak.sh mounts it) filled up; freed again by
-#                      lift_limits()
+#                      lift_limits().  A crash while it is full can leave a
+#                      recovery that needs more space: PtrackSoak::Node
+#                      frees the reserve file there and starts again
 #   summary_memory     ptrack.wal_summary_memory at its minimum (4MB), or
 #                      back to its default (wal)
-#   full_page_writes   full_page_writes toggled
+#   full_page_writes   full_page_writes toggled; a crash fault turns it on
+#                      again first (%CRASHES says why)
 #   drop_slot          the WAL follower terminated and its replication slot
 #                      dropped (wal)
 #   standby_crash      (--standby) kill -9 of the standby's postmaster and
@@ -50,6 +56,7 @@ use IPC::Run;
 use Time::HiRes qw(sleep time);
 
 use PtrackCluster qw(log_position rewind_from);
+use PtrackSoak::Node;
 use PtrackSoak::Workload qw(write_primary backup_lock);
 
 my %WEIGHTS = (
@@ -86,13 +93,30 @@ sub weights
 	return \%w;
 }
 
+# The faults that crash a server, now or at a later checkpoint.  No crash
+# follows WAL written with full_page_writes off: PostgreSQL's BRIN redo
+# (brin_xlog_insert_update() in brin_xlog.c, 15 to 18) takes the block
+# number of the buffer it asked for without checking that the page was
+# found, and with no full-page image a page that a later truncation removed
+# is not found: the startup process dies of SIGSEGV and the cluster never
+# recovers.  Such a fault first turns full_page_writes back on.
+my %CRASHES = map { $_ => 1 }
+  qw(immediate_stop kill_postmaster kill_checkpointer kill_follower kill_backend
+  file_size_limit standby_crash failover);
+
 # Injects fault $kind; returns a line saying what was done.  Dies if the
 # cluster does not come back.
 sub inject
 {
 	my ($self, $kind, $rng) = @_;
 	my $sub = $self->can("fault_$kind") or croak "no fault $kind";
-	return $sub->($self, $rng);
+	my $first = '';
+	if ($CRASHES{$kind} && $self->{settings}{fpw_off})
+	{
+		$self->_full_page_writes_on;
+		$first = 'full_page_writes back on and two checkpoints first; ';
+	}
+	return $first . $sub->($self, $rng);
 }
 
 # --- helpers ----------------------------------------------------------------------
@@ -169,7 +193,7 @@ sub _kill_child
 	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $offset);
 	my $ready = $standby ? qr/database system is ready to accept read.only connections/
 	  : qr/database system is ready to accept connections/;
-	$node->wait_for_log($ready, $offset);
+	$node->wait_crash_restart($offset, $ready);
 	wait_ready($node, $standby);
 	return 1;
 }
@@ -322,10 +346,28 @@ sub fault_summary_memory
 sub fault_full_page_writes
 {
 	my ($self) = @_;
-	my $off = !$self->{settings}{fpw_off};
-	_set($self->{cl}{primary}, 'full_page_writes', $off ? 'off' : undef);
-	$self->{settings}{fpw_off} = $off;
-	return $off ? 'full_page_writes = off' : 'full_page_writes = on';
+	return 'full_page_writes = on' if $self->_full_page_writes_on;
+	# A limited checkpointer PANICs at its next checkpoint: that crash comes
+	# before any WAL without full-page images (%CRASHES).
+	$self->lift_limits if @{ $self->{limited} // [] };
+	_set($self->{cl}{primary}, 'full_page_writes', 'off');
+	$self->{settings}{fpw_off} = 1;
+	return 'full_page_writes = off';
+}
+
+# full_page_writes back on, if it is off (returns whether it was): a
+# checkpoint makes the checkpointer take the setting (it reloads before each
+# one), the second one starts where every page's next change writes a
+# full-page image.
+sub _full_page_writes_on
+{
+	my ($self) = @_;
+	return 0 unless $self->{settings}{fpw_off};
+	my $p = $self->{cl}{primary};
+	_set($p, 'full_page_writes', undef);
+	$p->safe_psql('postgres', 'CHECKPOINT') for 1 .. 2;
+	$self->{settings}{fpw_off} = 0;
+	return 1;
 }
 
 # ALTER SYSTEM SET (or RESET when $value is undef) and a reload.
@@ -386,9 +428,17 @@ sub fault_failover
 	my $rewind = $rng->chance(0.5);
 	if ($rewind)
 	{
+		# pg_rewind takes the source's timeline from its control file, which
+		# a promotion updates only at its first checkpoint: before that it
+		# finds both on the old timeline, says no rewind is required, and
+		# the old primary cannot follow the new timeline.
+		$new->safe_psql('postgres', 'CHECKPOINT');
 		rewind_from($old, $new, test => 0);
 		$old->enable_streaming($new);
 		start_node($old, 1);
+		# A rewound node that cannot follow the new timeline fails here,
+		# not later in a client waiting for the standby.
+		$new->wait_for_catchup($old->name, 'replay', $new->lsn('insert'));
 		$cl->{standby} = $old;
 		$what .= '; the old primary rewound (pg_rewind) and started as its standby';
 	}
@@ -417,11 +467,17 @@ sub lift_limits
 	}
 	my $had_limits = @{ $self->{limited} };
 	$self->{limited} = [];
+	# A checkpointer that failed a write under its limit just before it
+	# went may still PANIC: the checkpoint runs once the crash restart is
+	# over (PtrackSoak::Node waits for it), so that the backup does not
+	# race it.
 	if ($self->{filled})
 	{
 		$p->safe_psql('soak', 'DROP TABLE IF EXISTS soak_fill');
 		$self->{filled} = 0;
 	}
+	$p->safe_psql('postgres', 'CHECKPOINT') if $had_limits;
+	PtrackSoak::Node::make_reserve() if $self->{cl}{tiny};
 	if ($had_limits && $self->{cl}{capture} eq 'wal')
 	{
 		# A follower that could not write a summary retries after a pause.

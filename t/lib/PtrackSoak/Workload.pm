@@ -205,7 +205,7 @@ sub resume_clients
 }
 
 # Asks the clients to stop, waits up to $timeout seconds, then kills the
-# ones left (by PID).
+# ones left (by PID); returns their numbers.
 sub stop_clients
 {
 	my ($run, $pids, $timeout) = @_;
@@ -213,8 +213,10 @@ sub stop_clients
 	close $fh;
 	unlink "$run/pause";
 	my $deadline = time + ($timeout // 120);
-	for my $pid (@$pids)
+	my @killed;
+	for my $k (0 .. $#$pids)
 	{
+		my $pid = $pids->[$k];
 		while (_alive($pid) && time < $deadline)
 		{
 			sleep 0.1;
@@ -223,9 +225,10 @@ sub stop_clients
 		{
 			kill 'KILL', $pid;
 			waitpid($pid, 0);
+			push @killed, $k;
 		}
 	}
-	return;
+	return @killed;
 }
 
 # Sums of the clients' count files: (operations, failed).

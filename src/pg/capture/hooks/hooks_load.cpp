@@ -141,7 +141,7 @@ const char* rescan_loaded_map(const ControlFileData* control, const MapFileHeade
      * had exited: no block was added since.  Not so on a standby: its
      * shutdown restartpoint is skipped when no checkpoint record was replayed
      * since the last one, and nothing is saved then, while replay may have
-     * added blocks (found by the new-user tryout).
+     * added blocks.
      */
     if (control->state == DB_SHUTDOWNED)
         return nullptr;

@@ -1,6 +1,6 @@
 /*
  * capture_wal.cpp -- the wal capture source as the rest of the server sees
- * it (docs/design.md section 7): its parameters, the registration of its
+ * it (docs/design.md section 4): its parameters, the registration of its
  * background worker, the WAL follower (follower.h and the follower_*.cpp
  * files), and what a backend does before an answer: wait until the
  * follower has applied the WAL written before the call

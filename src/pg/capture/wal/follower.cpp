@@ -1,7 +1,8 @@
 /*
  * follower.cpp -- the WAL follower's shared state (follower.h): the structs
- * every part of it reads, the WAL reader it opens and closes, and the
- * problems it publishes for backends (FollowerStartError, shared_state.h).
+ * every part of it reads, the WAL reader it opens and closes and where that
+ * reader gets its pages, and the problems it publishes for backends
+ * (FollowerStartError, shared_state.h).
  *
  * These sit beneath every other file of the follower because all of them
  * use them: the reading loop and the cuts read WAL with the same reader,
@@ -14,6 +15,7 @@ extern "C" {
 #include <unistd.h>
 
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "access/xlogrecovery.h"
 #include "access/xlogutils.h"
 #include "storage/spin.h"
@@ -22,6 +24,7 @@ extern "C" {
 
 #include "capture/wal/follower.h"
 #include "capture/wal_archive.h"
+#include "compat/compat.h"
 
 namespace ptrack::pg::wal_follower {
 
@@ -39,10 +42,61 @@ TimeLineID current_timeline()
     return tli;
 }
 
+namespace {
+
+/*
+ * The reader's page_read callback: up to XLOG_BLCKSZ bytes of the WAL page
+ * at `page` into `buf`, at least `req_len` of them; -1, with end_of_wal set,
+ * when the WAL flushed does not reach page + req_len yet.
+ *
+ * During recovery and on a historical timeline it is xlogutils.c's no-wait
+ * reader, which reads up to the replay position and follows the timeline
+ * history.  On a primary reading its current timeline, which is where the
+ * follower spends its time, it reads the same bytes up to the flush
+ * position, taking them from the WAL buffers in shared memory while they
+ * still hold them (wal_read_from_buffers(), as the walsender does) and from
+ * the segment files for the rest: the WAL the follower reads was written a
+ * moment ago, so the buffers usually hold it, and a read there is a copy
+ * from shared memory instead of a system call.  The bytes are checked the
+ * same way whatever their source: xlogreader verifies each page header and
+ * each record's CRC.
+ *
+ * The reader's segment file (seg.ws_file) must stay the file of
+ * seg.ws_segno, which xlogreader sets to the page's segment after every
+ * page read, and which WALRead() trusts: a page of another segment served
+ * from the buffers closes the file first.
+ */
+int read_page(XLogReaderState* state, XLogRecPtr page, int req_len, XLogRecPtr target_record, char* buf)
+{
+    if (RecoveryInProgress())
+        return read_local_xlog_page_no_wait(state, page, req_len, target_record, buf);
+    TimeLineID tli = 0;
+    const XLogRecPtr flushed = GetFlushRecPtr(&tli);
+    XLogReadDetermineTimeline(state, page, req_len, tli);
+    if (state->currTLI != tli)
+        return read_local_xlog_page_no_wait(state, page, req_len, target_record, buf);
+    if (page + static_cast<XLogRecPtr>(req_len) > flushed) {
+        static_cast<ReadLocalXLogPageNoWaitPrivate*>(state->private_data)->end_of_wal = true;
+        return -1;
+    }
+    const Size count = Min(static_cast<Size>(XLOG_BLCKSZ), static_cast<Size>(flushed - page));
+    const Size from_buffers = wal_read_from_buffers(buf, page, count, tli);
+    if (from_buffers < count) {
+        WALReadError error;
+        if (!WALRead(state, buf + from_buffers, page + from_buffers, count - from_buffers, tli, &error))
+            WALReadRaiseError(&error);
+    } else if (state->seg.ws_file >= 0 && !XLByteInSeg(page, state->seg.ws_segno, state->segcxt.ws_segsize)) {
+        state->routine.segment_close(state);
+    }
+    return static_cast<int>(count);
+}
+
+}  // namespace
+
 void open_reader()
 {
     XLogReaderRoutine routine{};
-    routine.page_read = read_local_xlog_page_no_wait;
+    routine.page_read = read_page;
     routine.segment_open = archive_segment_open; /* pg_wal, else the archive below its limit (wal_archive.h) */
     routine.segment_close = wal_segment_close;
     MemoryContext old = MemoryContextSwitchTo(follower.cxt);

@@ -4,11 +4,11 @@
  * wal source through capture_wal.h and kWalSource).
  *
  * The follower is a background worker, the capture source of servers
- * without the core patch's hooks (docs/design.md section 7).  It reads the
- * server's WAL with PostgreSQL's xlogreader (the no-wait page reader of
- * xlogutils.c, which also follows timeline switches through the timeline
- * history files) up to the flush position, or the replay position on a hot
- * standby, and records what each record changed at the record's end LSN
+ * without the core patch's hooks (docs/design.md section 4).  It reads the
+ * server's WAL with PostgreSQL's xlogreader up to the flush position, from
+ * the WAL buffers while they hold it, or up to the replay position on a hot
+ * standby (the no-wait page reader of xlogutils.c, which also follows
+ * timeline switches through the timeline history files), and records what each record changed at the record's end LSN
  * (wal_records.cpp) in an exact change set, written as immutable summary
  * files under pg_wal/ptrack (persist/summary_io.h).  A record that ends at
  * or after L counts at an LSN >= L, so pagemapset(L) lists its blocks.
@@ -72,7 +72,7 @@ namespace ptrack::pg::wal_follower {
 /*
  * The exact change set (ptrack/change_set.h) the follower records, and how
  * it is cut into summary files (persist/summary_io.h; docs/design.md
- * section 9).  A record's changes count at its end LSN.  A summary [start,
+ * sections 4.4 and 4.5).  A record's changes count at its end LSN.  A summary [start,
  * end) holds every change at an LSN in that range, so the record ending
  * exactly at a cut's LSN belongs to the later summary.  The in-memory set
  * holds every change at an LSN >= set_start that the follower has applied

@@ -72,8 +72,14 @@ namespace {
  */
 constexpr int kMinSaveIntervalMs = 1000;
 
-/* How long the follower sleeps when it has caught up, unless woken (ms). */
-constexpr long kIdlePollMs = 50;
+/*
+ * How long the follower sleeps when it has read all the WAL there is, unless
+ * woken (ms).  A backend that needs it caught up sets its latch
+ * (wait_for_follower()), so the pause delays no answer; each wake-up costs
+ * a context switch and the last page read again, and under a steady load
+ * the follower would otherwise wake for every few records.
+ */
+constexpr long kIdlePollMs = 200;
 
 volatile sig_atomic_t shutdown_requested = false;
 
@@ -250,7 +256,7 @@ void follow()
         RESUME_INTERRUPTS();
         /*
          * A stop request is obeyed before anything is retried (retrying first
-         * spun on a persistent error).  An ERROR the stop caused (a shutdown
+         * would spin on a persistent error).  An ERROR the stop caused (a shutdown
          * kills a running restore_command with the follower's process group,
          * wal_archive.h) is no reason to restart tracking: exit_follower()
          * saves what was applied, and the next start resumes there.
@@ -262,7 +268,7 @@ void follow()
             error_backoff_s = 1;
         }
         /* Never spin on a persistent error (1 s, doubling up to 30 s; barriers absorbed while waiting). */
-        for (int i = 0; i < error_backoff_s * 20 && !shutdown_requested; ++i)
+        for (long i = 0; i < error_backoff_s * 1000L / kIdlePollMs && !shutdown_requested; ++i)
             sleep_until_woken();
         error_backoff_s = Min(error_backoff_s * 2, 30);
     }
@@ -325,7 +331,8 @@ void follow()
         mark_plain_summary();
         /* Expired and combinable summaries (a few files' work at most; nothing when nothing is new). */
         summary_retention_pass();
-        if (applied == 0 && summaries.cut.at == 0)
+        /* At the end of the WAL available, wait for more rather than read again at once for a few records. */
+        if ((applied == 0 || follower.at_end) && summaries.cut.at == 0)
             sleep_until_woken();
         else
             CHECK_FOR_INTERRUPTS(); /* more WAL, or a cut to write first */

@@ -27,7 +27,7 @@
  *       acquire load), reads the descriptor.  Creation, unlink and renames
  *       queue IN_CREATE, IN_DELETE, IN_MOVED_* the same way.
  *   K2. A watch covers the directory's inode from inotify_add_watch() on,
- *       whatever the path used to write (a tablespace's symbolic link is
+ *       whatever path a writer opened (a tablespace's symbolic link is
  *       followed when the watch is added), and files opened before it.
  *   K3. When the queue is full (fs.inotify.max_queued_events) the kernel
  *       drops events and queues one IN_Q_OVERFLOW in their place.

@@ -10,7 +10,7 @@
  * end.  Without these summaries the chain would begin there, and
  * ptrack_init_lsn(), answered from the summaries, would come after the
  * backup's start LSN: the restored backup could not be the parent of the
- * next incremental one (docs/design.md section 9.2).
+ * next incremental one (docs/design.md section 4.7).
  */
 #ifndef PTRACK_PG_SCAN_SUMMARY_WRITER_H
 #define PTRACK_PG_SCAN_SUMMARY_WRITER_H
@@ -31,7 +31,7 @@ PTRACK_FRAME_SAFE(ScanChain);
  * Records what the scan reads in a change set (budget
  * ptrack.wal_summary_memory, private memory of the postmaster) and writes it
  * as summaries of timeline `timeline` under pg_wal/ptrack, cutting where the
- * set fills up (the cut rule of docs/design.md section 9.1: a record counts
+ * set fills up (the cut rule of docs/design.md section 4.5: a record counts
  * at its end LSN, and the record ending exactly at a cut belongs to the
  * later summary).  The postmaster's only: raises no ERROR.
  */
