@@ -24,6 +24,8 @@
 #   --scale N           pgbench -i scale (default 50)
 #   --transactions N    tpcb-like transactions after the load, in all (default 10000)
 #   --shared-buffers S  (default 32MB)
+#   --wal-conf LINE     a line added to the wal runs' postgresql.conf, e.g.
+#                       'ptrack.wal_file_watch = off' (repeatable)
 #   --port N            port number of the server's socket (default 55475)
 #   --keep              keep the temp dir at the end
 #   --prefix DIR        PostgreSQL prefix whose postgres runs without the core hooks
@@ -35,7 +37,7 @@ unset PGOPTIONS PGSERVICE PGSERVICEFILE PGSSLMODE || true
 # shellcheck source=bench/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-rounds=4 scale=50 transactions=10000 shared_buffers=32MB port=55475 keep=0 prefix=${PG_PREFIX:-}
+rounds=4 scale=50 transactions=10000 shared_buffers=32MB port=55475 keep=0 prefix=${PG_PREFIX:-} wal_conf=
 cmdline=$(printf '%q ' "$0" "$@")
 while [ $# -gt 0 ]; do
     case $1 in
@@ -43,6 +45,7 @@ while [ $# -gt 0 ]; do
         --scale) scale=${2:?}; shift ;;
         --transactions) transactions=${2:?}; shift ;;
         --shared-buffers) shared_buffers=${2:?}; shift ;;
+        --wal-conf) wal_conf+="${2:?}"$'\n'; shift ;;
         *) common_option "$@" && shift ;;
     esac
     shift
@@ -72,7 +75,7 @@ run_once() {
     rm -rf "$dd"
     cp -a "$work/pristine" "$dd"
     if [ "$mode" = wal ]; then
-        printf "shared_preload_libraries = 'ptrack'\nptrack.capture = wal\nptrack.map_size = 64MB\n" |
+        printf "shared_preload_libraries = 'ptrack'\nptrack.capture = wal\nptrack.map_size = 64MB\n%s" "$wal_conf" |
             as_pg tee -a "$dd/postgresql.conf" >/dev/null
     fi
     as_pg /usr/bin/time -o "$out" -f '%U %S' "$bin/postgres" -D "$dd" >"$work/server-$mode.log" 2>&1 &

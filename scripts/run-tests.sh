@@ -92,7 +92,8 @@ repo=$(pwd)
 # client on every version and mode), the record kinds that
 # differ by version (030), the summaries' retention (033: cheap, and the
 # brief of issue 21 asks for it on every version), failures (034) and the
-# file watch (039: the kernel events of the version's own writes),
+# file watch (039: the kernel events of the version's own writes), the
+# follower's reads from the WAL buffers (043: 17 and 18 have them),
 # plus the cheap ones.
 # About half of the suite's time (measured: 304 of 619 s on 15, wal).  Left
 # out: 012-014, 017, 019, 022, 024, 025 (their logic is version-independent
@@ -104,6 +105,7 @@ CORE_TESTS=(
 	t/023_backup_role.pl t/026_archive_recovery.pl t/027_hostile_schema.pl t/028_disk_full.pl
 	t/029_startup_leftovers.pl t/030_record_kinds.pl
 	t/033_summary_retention.pl t/034_summary_failures.pl t/039_file_watch.pl t/042_hash_bucket_holes.pl
+	t/043_wal_buffer_reads.pl
 )
 
 versions=all

@@ -538,12 +538,12 @@ sub fail
 sub report_failure
 {
 	$opt{keep} = 1;
-	say_tty("soak: seed $opt{seed} (rerun: scripts/soak.sh --pg-version $version --capture "
-		  . "$opt{capture} --minutes $opt{minutes} --seed $opt{seed}"
-		  . ($opt{standby} ? ' --standby' : '') . ($opt{clients} != 3 ? " --clients $opt{clients}" : '')
-		  . ($opt{faults} ? " --faults $opt{faults}" : '')
-		  . ($opt{'big-table-mb'} != ($opt{minutes} >= 30 ? 1100 : 0) ? " --big-table-mb $opt{'big-table-mb'}" : '')
-		  . ')');
+	# scripts/soak.sh passes its own command line, every option it was given.
+	my $rerun = $ENV{PTRACK_SOAK_RERUN}
+	  // "scripts/soak.sh --pg-version $version --capture $opt{capture} --minutes $opt{minutes} --seed $opt{seed}"
+	  . ($opt{standby} ? ' --standby' : '') . ($opt{clients} != 3 ? " --clients $opt{clients}" : '')
+	  . ($opt{faults} ? " --faults $opt{faults}" : '') . " --big-table-mb $opt{'big-table-mb'}";
+	say_tty("soak: seed $opt{seed} (rerun: $rerun)");
 	say_tty('soak: the last operations and faults:');
 	say_tty("soak:   $_") for $log->tail(30);
 	if ($clients)

@@ -159,7 +159,19 @@ main() {
 	free_mb=$(df -Pm "${TMPDIR:-/tmp}" | awk 'NR == 2 { print $4 }')
 	[ "${free_mb:-0}" -ge "$need_mb" ] ||
 		die "only ${free_mb:-?} MB free in ${TMPDIR:-/tmp}, and a run needs at least $need_mb MB: free some (kept runs: ls -d ${TMPDIR:-/tmp}/ptrack-soak.*) or set TMPDIR"
-	echo "soak: seed $seed (scripts/soak.sh --pg-version $pg_version --capture $capture --minutes $minutes --seed $seed$([ "$standby" = 1 ] && echo ' --standby')${faults:+ --faults $faults})"
+	# The command that runs the same again, every option that shapes the run
+	# included; the driver prints it again when a run fails.
+	rerun=(scripts/soak.sh --pg-version "$pg_version" --capture "$capture" --minutes "$minutes" --seed "$seed")
+	[ "$standby" = 1 ] && rerun+=(--standby)
+	[ "$clients" != 3 ] && rerun+=(--clients "$clients")
+	[ -n "$big" ] && rerun+=(--big-table-mb "$big")
+	[ -n "$faults" ] && rerun+=(--faults "$faults")
+	[ -n "$given_pg_config" ] && rerun+=(--pg-config "$given_pg_config")
+	[ "$installed" = 1 ] && rerun+=(--installed)
+	[ -n "$pg_probackup" ] && rerun+=(--pg-probackup "$pg_probackup")
+	rerun_line=$(printf '%q ' "${rerun[@]}")
+	rerun_line=${rerun_line% }
+	echo "soak: seed $seed ($rerun_line)"
 
 	as_root=0
 	[ "$(id -u)" -eq 0 ] && as_root=1
@@ -327,7 +339,7 @@ main() {
 	driver_env=(PATH="$("$pg_config" --bindir):$PATH" PERL5LIB="$pgxs_dir/test/perl:$run/lib"
 		TESTDIR="$run" TMPDIR="$run" PG_REGRESS="$pgxs_dir/test/regress/pg_regress"
 		TESTDATADIR="$run/tmp_check" TESTLOGDIR="$run/tmp_check/log" PG_TEST_PORT_DIR="$run/portlock"
-		PG_TEST_TIMEOUT_DEFAULT=600 PTRACK_CAPTURE="$capture")
+		PG_TEST_TIMEOUT_DEFAULT=600 PTRACK_CAPTURE="$capture" PTRACK_SOAK_RERUN="$rerun_line")
 	args=(--pg-version "$pg_version" --capture "$capture" --minutes "$minutes" --seed "$seed"
 		--clients "$clients" --pg-probackup "$pg_probackup")
 	[ "$standby" = 1 ] && args+=(--standby)

@@ -54,7 +54,7 @@ sub redo_lsn
 	return lsn_to_int($node->safe_psql('postgres', 'SELECT redo_lsn FROM pg_control_checkpoint()'));
 }
 
-# The pause, read by the follower at its next SIGHUP (it sleeps 50 ms at most between looks).
+# The pause, read by the follower at its next SIGHUP (it sleeps 200 ms at most between looks).
 $node->append_conf('postgresql.conf', 'ptrack.wal_batch_delay = 2000');
 $node->reload;
 sleep 1;
