@@ -32,11 +32,11 @@ MarkAnnouncement private_announcement;
 
 void mark_every_block(const RelationFile* file, void*)
 {
-    /* Each block is marked as written now, after the copy finished. */
+    /* Every block of the segment file is marked as written now, after the copy finished. */
     const uint64_t nblocks = (file->size_bytes + BLCKSZ - 1) / BLCKSZ;
     const BlockNumber first = file->segment.segno * static_cast<BlockNumber>(RELSEG_SIZE);
-    for (uint64_t b = 0; b < nblocks; ++b)
-        capture_block_written(file->segment.rel, first + static_cast<BlockNumber>(b));
+    if (nblocks > 0)
+        capture_blocks_written(file->segment.rel, first, static_cast<uint32_t>(nblocks));
 }
 
 }  // namespace

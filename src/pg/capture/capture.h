@@ -10,9 +10,9 @@
  * follower of unpatched servers (wal/follower.h) marks no map: it keeps
  * exact change summaries, and comes here only to restart tracking.
  *
- * INTERFACE: capture_block_written(), capture_blocks_written(),
- * capture_pages_written(), capture_relation_files(), restart_tracking(),
- * restart_tracking_at(); for a map save, wait_for_marks_in_progress().
+ * INTERFACE: capture_blocks_written(), capture_pages_written(),
+ * capture_relation_files(), restart_tracking(), restart_tracking_at(); for a
+ * map save, wait_for_marks_in_progress().
  */
 #ifndef PTRACK_PG_CAPTURE_H
 #define PTRACK_PG_CAPTURE_H
@@ -177,11 +177,6 @@ __attribute__((always_inline)) inline void capture_blocks_written(const RelFork&
     const Lsn lsn = current_mark_lsn();
     mark_blocks(rel, first, nblocks, [lsn](uint32_t) { return lsn; });
     end_mark(announcement);
-}
-
-__attribute__((always_inline)) inline void capture_block_written(const RelFork& rel, BlockNumber block) noexcept
-{
-    capture_blocks_written(rel, block, 1);
 }
 
 /*

@@ -166,7 +166,7 @@ __attribute__((always_inline)) inline void capture_write(const PgRelIdBackend& r
     if (rel_is_temp(rnode))
         return;
     const RelFork rel = rel_fork(rnode, forknum);
-    capture_block_written(rel, blocknum);
+    capture_blocks_written(rel, blocknum, 1);
 }
 
 void ptrack_mdwrite(PgRelIdBackend rnode, ForkNumber forknum, BlockNumber blocknum)
