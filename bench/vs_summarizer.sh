@@ -44,6 +44,10 @@
 #   --copy-scale N    pgbench scale of the copy workload (default 50)
 #   --clients N       pgbench clients (default 4)
 #   --no-compare      skip the comparison of the blocks listed
+#   --wal-scan        also run bench/wal_scan's in-place reader in --follow
+#                     mode over the same WAL while it is written (built here
+#                     against the prefix), and report its CPU per MB: what
+#                     reading costs a follower without xlogreader's copies
 #   --port N          port number of the server's socket (default 55470)
 #   --keep            keep the temp dir at the end
 #   --prefix DIR      PostgreSQL prefix (17 or later for the summarizer; 15: the follower alone)
@@ -54,7 +58,7 @@ unset PGOPTIONS PGSERVICE PGSERVICEFILE PGSSLMODE || true
 # shellcheck source=bench/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-workloads=tpcb,copy,update runs=3 duration=60 copy_scale=50 clients=4 compare=1 port=55470 keep=0
+workloads=tpcb,copy,update runs=3 duration=60 copy_scale=50 clients=4 compare=1 port=55470 keep=0 wal_scan=0
 prefix=${PG_PREFIX:-}
 cmdline=$(printf '%q ' "$0" "$@")
 while [ $# -gt 0 ]; do
@@ -65,6 +69,7 @@ while [ $# -gt 0 ]; do
         --copy-scale) copy_scale=${2:?}; shift ;;
         --clients) clients=${2:?}; shift ;;
         --no-compare) compare=0 ;;
+        --wal-scan) wal_scan=1 ;;
         *) common_option "$@" && shift ;;
     esac
     shift
@@ -84,6 +89,11 @@ pg_user_setup
 make_work ptrack-vs-summarizer 755
 cd "$work"
 so_md5=$(md5_of "$pkglib/ptrack.so")
+if [ "$wal_scan" = 1 ]; then
+    g++ -std=c++17 -O2 -I"$("$bin/pg_config" --includedir-server)" -o "$work/wal_scan" \
+        "$repo/bench/wal_scan/wal_scan.cpp" -L"$("$bin/pg_config" --libdir)" -lpgcommon -lpgport ||
+        die "could not build bench/wal_scan/wal_scan.cpp"
+fi
 
 pid_of() { psql_q "SELECT pid FROM pg_stat_activity WHERE backend_type = '$1'"; }
 
@@ -231,6 +241,11 @@ for w in "${workload_list[@]}"; do
         lsn0=$(psql_q 'SELECT pg_current_wal_lsn()')
         f0=$(process_cpu_ns "$follower")
         [ "$summarizer" = 1 ] && s0=$(process_cpu_ns "$summ")
+        if [ "$wal_scan" = 1 ]; then
+            rm -f "$work/stop-lsn"
+            as_pg "$work/wal_scan" --follow "$lsn0" "$work/stop-lsn" "$dd/pg_wal" >"$work/wal-scan.out" 2>&1 &
+            scan_pid=$!
+        fi
         workload_run "$w" "$work"
         lsn1=$(psql_q 'SELECT pg_current_wal_lsn()')
         # Each has read everything written: ptrack_init_lsn() waits for the follower.
@@ -241,6 +256,13 @@ for w in "${workload_list[@]}"; do
             wait_summarizer "$lsn1"
             s1=$(process_cpu_ns "$summ")
             s_ns=$((s1 - s0))
+        fi
+        scan_ms=-
+        if [ "$wal_scan" = 1 ]; then
+            # The follower has read up to lsn1: it is flushed, a record's end.
+            echo "$lsn1" >"$work/stop-lsn"
+            wait "$scan_pid" || die "wal_scan --follow failed: $(cat "$work/wal-scan.out")"
+            scan_ms=$(awk '/^cpu_ms_per_mb/ {print $2}' "$work/wal-scan.out")
         fi
         load1=$(cut -d' ' -f1 /proc/loadavg)
         # The reading floor, while the WAL is still there (no checkpoint has run since lsn0).
@@ -257,6 +279,7 @@ for w in "${workload_list[@]}"; do
         [ "$summarizer" = 1 ] && line+="; summarizer $s_ms ms/MB ($((s_ns / 1000000)) ms); ratio $ratio"
         line+="; pg_waldump --stats $w_ms ms/MB"
         [ "$summarizer" = 1 ] && line+=" (of the summarizer: $w_ratio)"
+        [ "$wal_scan" = 1 ] && line+="; wal_scan --follow $scan_ms ms/MB ($(head -1 "$work/wal-scan.out"))"
         echo "$line; load $load0 -> $load1"
         missed=-
         if [ "$summarizer" = 1 ] && [ "$compare" = 1 ]; then
