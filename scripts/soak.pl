@@ -194,7 +194,11 @@ sub main
 	$conf .= "wal_log_hints = on\n" if $opt{standby} && !$checksums;
 
 	PtrackSoak::Node::configure(note => \&event,
-		reserve => $opt{'tiny-dir'} ? "$opt{'tiny-dir'}/reserve" : undef);
+		reserve => $opt{'tiny-dir'} ? "$opt{'tiny-dir'}/reserve" : undef,
+		space_freed => sub {
+			my $done = $faults ? $faults->space_freed($_[0]) : undef;
+			event($done) if defined $done;
+		});
 	my $primary = PtrackSoak::Node->adopt(ptrack_node('node1', allows_streaming => 1, stock => $stock,
 		checksums => $checksums, map_size => $map_size, conf => $conf));
 	$primary->start;

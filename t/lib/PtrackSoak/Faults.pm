@@ -334,6 +334,24 @@ sub fault_fill_tablespace
 	return 'soak_tiny filled: ' . ($why // ($rc ? $err : 'the insert fit'));
 }
 
+# A recovery of $node needed the reserve (PtrackSoak::Node): on the primary,
+# the filled tablespace is emptied and the reserve made again now, not at
+# the next backup, so that a second crash before it finds a reserve too.
+# Returns what it did, for the events log (undef on a standby).
+sub space_freed
+{
+	my ($self, $node) = @_;
+	my $p = $self->{cl}{primary};
+	return undef unless $node->name eq $p->name;
+	if ($self->{filled})
+	{
+		$p->safe_psql('soak', 'DROP TABLE IF EXISTS soak_fill');
+		$self->{filled} = 0;
+	}
+	my $have = PtrackSoak::Node::make_reserve();
+	return sprintf('soak_tiny emptied after that recovery; the reserve has %d MB again', $have / 1048576);
+}
+
 sub fault_summary_memory
 {
 	my ($self) = @_;
