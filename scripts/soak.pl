@@ -224,6 +224,7 @@ sub main
 		log => $log,
 		capture => $capture,
 		tiny => $opt{'tiny-dir'} ? 1 : 0,
+		tiny_dir => $opt{'tiny-dir'},
 		stock => $stock,
 		new_standby => sub { make_standby($_[0], 'node' . ++$node_seq) },
 	};
