@@ -38,8 +38,7 @@ command -v perf >/dev/null || { echo "run.sh: perf is needed (apt-get install li
 
 work=$(mktemp -d /tmp/wal-scan.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-g++ -std=c++17 -O2 -Wall -Wextra -DPTRACK_PG_LAYER -I"$here/../../include" -I"$("$pg_config" --includedir-server)" -o "$work/wal_scan" "$here/wal_scan.cpp" \
-    -L"$("$pg_config" --libdir)" -lpgcommon -lpgport
+"$here/build.sh" "$pg_config" "$work/wal_scan"
 
 echo "command: bench/wal_scan/run.sh --prefix $prefix --runs $runs ${dirs[*]}"
 echo "date:    $(date -u '+%Y-%m-%d %H:%M:%S UTC'); load $(cut -d' ' -f1-3 /proc/loadavg) at start"
