@@ -29,6 +29,7 @@ extern "C" {
 
 #include "core/boundary.h"
 #include "core/datadir_walk.h"
+#include "core/shared_state.h"
 #include "capture/file_growth.h"
 #include "persist/map_io.h"
 #include "persist/state_files.h"
@@ -469,9 +470,17 @@ Lsn finish_walk(Lsn skip_marked_since)
 {
     const WalkState walk = collecting;
     collecting = WalkState{};
-    /* Read after every stat(): no smaller than the WAL position when any growth seen here happened. */
-    const Lsn lsn = RecoveryInProgress() ? Max(GetXLogReplayRecPtr(NULL), GetXLogInsertRecPtr())
-                                         : GetXLogInsertRecPtr();
+    /*
+     * Read after every stat(): no smaller than the WAL position when any
+     * growth seen here happened.  The end of the last record inserted, not
+     * the insert position: after a WAL switch that lies past the next page's
+     * header, which no record ends before, and the follower, standing at
+     * the switch's end, would never apply the WAL up to that date (a
+     * backend's cut would then take the growth whole, although the WAL
+     * dated it: growth_settle_pending()).
+     */
+    const Lsn lsn = RecoveryInProgress() ? Max(GetXLogReplayRecPtr(NULL), last_inserted_record_end())
+                                         : last_inserted_record_end();
     record_growth(walk, lsn);
     if (marks_map)
         (void) mark_growth(walk, &map, lsn, skip_marked_since);

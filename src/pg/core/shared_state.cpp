@@ -12,6 +12,7 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "access/xlogrecovery.h"
 }
 
@@ -42,6 +43,18 @@ Lsn current_mark_lsn_in_recovery() noexcept
         return Max(GetCurrentReplayRecPtr(NULL), GetXLogInsertRecPtr());
     recovery_seen_over = true;
     return GetXLogInsertRecPtr();
+}
+
+Lsn last_inserted_record_end() noexcept
+{
+    const Lsn insert = GetXLogInsertRecPtr();
+    const uint64_t in_segment = XLogSegmentOffset(insert, wal_segment_size);
+    /* The first page of a segment has the long header; the others the short one. */
+    if (in_segment == SizeOfXLogLongPHD)
+        return insert - SizeOfXLogLongPHD;
+    if (in_segment > XLOG_BLCKSZ && insert % XLOG_BLCKSZ == SizeOfXLogShortPHD)
+        return insert - SizeOfXLogShortPHD;
+    return insert;
 }
 
 Lsn init_lsn() noexcept

@@ -238,6 +238,17 @@ inline Lsn current_mark_lsn() noexcept
 }
 
 /*
+ * The end of the last WAL record inserted, on a primary: the insert position
+ * (GetXLogInsertRecPtr(), where the next record begins) less the page header
+ * it points past at the start of a page (after a WAL switch, or when a
+ * record ends at a page boundary: xlog.c, XLogBytePosToRecPtr()).  A record
+ * ending at the boundary ends before that header (its EndRecPtr, as a WAL
+ * reader reports it), and the header may not be written yet; so a reader that
+ * has applied every record inserted so far stands exactly here.
+ */
+Lsn last_inserted_record_end() noexcept;
+
+/*
  * ptrack_init_lsn().  With init_lsn_on_first_use (hooks): established on
  * first use as current_mark_lsn(), since the map has recorded every write
  * since this process's postmaster created it; never 0 once returned.

@@ -148,20 +148,12 @@ Lsn freshness_target()
 {
     if (RecoveryInProgress())
         return GetXLogReplayRecPtr(NULL);
-    /* The insert position is the start of the next record: a record boundary. */
-    Lsn end = GetXLogInsertRecPtr();
     /*
-     * At the start of a page, it points past the page header, which may not
-     * exist yet (after a WAL switch: XLogFlush() of it raises "xlog flush
-     * request ... is not satisfied"); a record that ends at the page
-     * boundary ends before the header (its EndRecPtr, as the follower
-     * publishes it).
+     * Not the insert position itself: at the start of a page it points past
+     * the page header, which may not exist yet (after a WAL switch, XLogFlush()
+     * of it raises "xlog flush request ... is not satisfied").
      */
-    const uint64_t in_segment = XLogSegmentOffset(end, wal_segment_size);
-    if (in_segment == SizeOfXLogLongPHD)
-        end -= SizeOfXLogLongPHD;
-    else if (end % XLOG_BLCKSZ == SizeOfXLogShortPHD && in_segment > XLOG_BLCKSZ)
-        end -= SizeOfXLogShortPHD;
+    const Lsn end = last_inserted_record_end();
     XLogFlush(end);
     return end;
 }
