@@ -412,7 +412,7 @@ struct Body {
  * Main data within the body bytes [from, from + n) at `p`: pointed to if it
  * lies there whole and MAXALIGNed, else copied in its place.
  */
-void take_main_data(Body& body, const WalRecordView& view, const unsigned char* p, uint32 from, uint32 n)
+void take_main_data(Body& body, const unsigned char* p, uint32 from, uint32 n)
 {
     const uint32 lo = Max(from, body.main_from);
     const uint32 hi = Min(from + n, body.length);
@@ -449,7 +449,7 @@ InplaceRead body_piece(Body& body, WalRecordView* view, const unsigned char* p, 
 {
     COMP_CRC32C(body.crc, p, n);
     if (body.parsed) {
-        take_main_data(body, *view, p, from, n);
+        take_main_data(body, p, from, n);
         return InplaceRead::kRecord;
     }
     const uint32 want = Min(body.length, kAreaBytes);
@@ -472,8 +472,8 @@ InplaceRead body_piece(Body& body, WalRecordView* view, const unsigned char* p, 
     if (view->main_data_len > 0 && !reserve_main_data(view->main_data_len))
         return not_handled(record, "out of memory for its main data (%u bytes)", view->main_data_len);
     if (headers == area.bytes && from > 0)
-        take_main_data(body, *view, area.bytes, 0, from); /* the pieces before this one went to `area` whole */
-    take_main_data(body, *view, p, from, n);
+        take_main_data(body, area.bytes, 0, from); /* the pieces before this one went to `area` whole */
+    take_main_data(body, p, from, n);
     return InplaceRead::kRecord;
 }
 
