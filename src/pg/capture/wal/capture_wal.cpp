@@ -64,6 +64,7 @@ constexpr int kMaxSummaryMemoryMb = sizeof(size_t) >= 8 ? 1024 * 1024 : 1024;
 const config_enum_entry wal_reader_options[] = {
     {"xlogreader", wal_follower::kWalReaderXlogreader, false},
     {"inplace", wal_follower::kWalReaderInplace, false},
+    {"inplace_mmap", wal_follower::kWalReaderInplaceMmap, false},
     {"compare", wal_follower::kWalReaderCompare, false},
     {NULL, 0, false},
 };
@@ -94,7 +95,7 @@ void define_wal_follower_gucs()
     DefineCustomEnumVariable("ptrack.wal_reader",
                              "The WAL follower's reader on a primary, once it follows the WAL (developer option).",
                              "xlogreader: PostgreSQL's WAL reader; inplace: ptrack's own, which parses records where "
-                             "they lie in the segment files; compare: both, with an ERROR at the first record "
+                             "they lie in the segment files (read with pread; inplace_mmap: mapped); compare: both, with an ERROR at the first record "
                              "they read differently. Start positions, standbys and other timelines always use "
                              "xlogreader.",
                              &wal_follower::wal_reader_mode, wal_follower::kWalReaderXlogreader, wal_reader_options,

@@ -176,8 +176,10 @@ extern int wal_batch_delay_ms;
  */
 enum WalReaderMode : int {
     kWalReaderXlogreader, /* xlogreader everywhere */
-    kWalReaderInplace,    /* the in-place reader (inplace_reader.h) in the steady state */
-    kWalReaderCompare     /* both, every record compared: an ERROR at the first difference */
+    kWalReaderInplace,    /* the in-place reader (inplace_reader.h) in the steady state, with pread */
+    kWalReaderInplaceMmap, /* the same, the segment files mapped (for measuring: SIGBUS if a page cannot be read) */
+    kWalReaderCompare     /* the in-place reader (pread) and xlogreader, every record compared: an ERROR at the
+                             first difference */
 };
 extern int wal_reader_mode;
 

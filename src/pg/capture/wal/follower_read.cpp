@@ -236,7 +236,8 @@ void compare_with_xlogreader(const WalRecordView& record)
 int apply_in_place(int budget, Lsn limit, TimeLineID tli, bool* fall_back)
 {
     const bool compare = wal_reader_mode == kWalReaderCompare;
-    inplace_begin(follower.next, summaries.last_start, tli, GetSystemIdentifier(), static_cast<uint32>(wal_segment_size));
+    inplace_begin(follower.next, summaries.last_start, tli, GetSystemIdentifier(), static_cast<uint32>(wal_segment_size),
+                  wal_reader_mode == kWalReaderInplaceMmap);
     if (compare) {
         follower.page->end_of_wal = false;
         XLogBeginRead(follower.reader, follower.next);

@@ -32,16 +32,21 @@
  * MAXALIGNed either way, as in xlogreader's decode buffer (xact records are
  * parsed through struct pointers).  The CRC covers every byte once.
  *
- * Why pread and not mmap: a mapped segment that shrinks under the reader
- * (a file replaced or truncated by hand, a full disk at recycling) raises
- * SIGBUS, which kills the follower and makes the postmaster restart every
- * backend; a read fails with an error the reader returns as "not handled".
+ * Or, with use_mmap (ptrack.wal_reader = inplace_mmap, a developer option
+ * for measuring), each segment is mapped whole and read where the page cache
+ * holds it, without the copy pread makes.  pread is the default because a
+ * mapped page that cannot be read (a file truncated under the reader, an I/O
+ * error on a page read back from disk) raises SIGBUS, which kills the
+ * follower and makes the postmaster restart every backend, where a failed
+ * read is only "not handled".
  */
 extern "C" {
 #include "postgres.h"
 
 #include <fcntl.h>
 #include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "access/rmgr.h"
@@ -93,10 +98,12 @@ struct Reader {
     /* The last page header checked, and its timeline (never going back). */
     Lsn checked_page;
     TimeLineID page_tli;
-    /* The open segment file. */
+    /* The open segment file (pread), or the mapped one (mmap: `map`, the whole segment). */
+    bool use_mmap;
     int fd;
     XLogSegNo segno;
-    /* The WAL [buf_start, buf_end) of segment `segno`, read while it was below the limit. */
+    unsigned char* map;
+    /* pread: the WAL [buf_start, buf_end) of segment `segno`, read while it was below the limit. */
     unsigned char* buf;
     Lsn buf_start, buf_end;
     /* Main data copied because it crosses pages or is not MAXALIGNed. */
@@ -145,6 +152,53 @@ void forget_buffer()
     reader.buf_start = reader.buf_end = 0;
 }
 
+/* Closes the segment file, or unmaps it, and forgets what the buffer holds. */
+void drop_segment()
+{
+    if (reader.fd >= 0)
+        close(reader.fd);
+    reader.fd = -1;
+    if (reader.map != nullptr)
+        munmap(reader.map, reader.segment_bytes);
+    reader.map = nullptr;
+    forget_buffer();
+}
+
+/*
+ * mmap: segment `segno` mapped whole (checked to be a whole segment first:
+ * a page past the end of a mapped file raises SIGBUS); nullptr with
+ * *status kNotHandled if it cannot be.
+ */
+const unsigned char* map_segment(XLogSegNo segno, Lsn page, InplaceRead* status)
+{
+    if (reader.map != nullptr && segno == reader.segno)
+        return reader.map;
+    drop_segment();
+    char path[MAXPGPATH];
+    XLogFilePath(path, reader.tli, segno, reader.segment_bytes);
+    const int fd = open(path, O_RDONLY | PG_BINARY, 0);
+    if (fd < 0) {
+        *status = not_handled(page, "could not open file \"%s\": %s", path, strerror(errno));
+        return nullptr;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size != static_cast<off_t>(reader.segment_bytes)) {
+        close(fd);
+        *status = not_handled(page, "file \"%s\" is not a whole segment", path);
+        return nullptr;
+    }
+    void* m = mmap(nullptr, reader.segment_bytes, PROT_READ, MAP_SHARED, fd, 0);
+    const int saved = errno;
+    close(fd);
+    if (m == MAP_FAILED) {
+        *status = not_handled(page, "could not map file \"%s\": %s", path, strerror(saved));
+        return nullptr;
+    }
+    reader.map = static_cast<unsigned char*>(m);
+    reader.segno = segno;
+    return reader.map;
+}
+
 /*
  * The page at `page`, whose bytes [page, page + upto) (upto <= kPage) are
  * in the buffer; nullptr with *status kEnd when they are not all below the
@@ -156,6 +210,12 @@ const unsigned char* page_bytes(Lsn page, uint32 upto, InplaceRead* status)
     if (page + upto > reader.limit) {
         *status = InplaceRead::kEnd;
         return nullptr;
+    }
+    if (reader.use_mmap) {
+        XLogSegNo segno;
+        XLByteToSeg(page, segno, reader.segment_bytes);
+        const unsigned char* m = map_segment(segno, page, status);
+        return m != nullptr ? m + XLogSegmentOffset(page, reader.segment_bytes) : nullptr;
     }
     if (page >= reader.buf_start && page + upto <= reader.buf_end)
         return reader.buf + (page - reader.buf_start);
@@ -169,9 +229,7 @@ const unsigned char* page_bytes(Lsn page, uint32 upto, InplaceRead* status)
     XLogSegNo segno;
     XLByteToSeg(page, segno, reader.segment_bytes);
     if (reader.fd < 0 || segno != reader.segno) {
-        if (reader.fd >= 0)
-            close(reader.fd);
-        forget_buffer();
+        drop_segment();
         char path[MAXPGPATH];
         XLogFilePath(path, reader.tli, segno, reader.segment_bytes);
         reader.fd = open(path, O_RDONLY | PG_BINARY, 0);
@@ -479,13 +537,11 @@ InplaceRead body_piece(Body& body, WalRecordView* view, const unsigned char* p, 
 
 }  // namespace
 
-void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, uint32 segment_bytes)
+void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, uint32 segment_bytes, bool use_mmap)
 {
-    if (tli != reader.tli || system_id != reader.system_id || segment_bytes != reader.segment_bytes) {
-        if (reader.fd >= 0)
-            close(reader.fd);
-        reader.fd = -1;
-        forget_buffer();
+    if (tli != reader.tli || system_id != reader.system_id || segment_bytes != reader.segment_bytes ||
+        use_mmap != reader.use_mmap) {
+        drop_segment();
         reader.checked_page = InvalidXLogRecPtr;
         reader.page_tli = 0;
     }
@@ -498,6 +554,7 @@ void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, u
     reader.tli = tli;
     reader.system_id = system_id;
     reader.segment_bytes = segment_bytes;
+    reader.use_mmap = use_mmap;
 }
 
 InplaceRead inplace_read(Lsn limit, WalRecordView* view)
@@ -617,8 +674,7 @@ Lsn inplace_stop_lsn()
 
 void inplace_close()
 {
-    if (reader.fd >= 0)
-        close(reader.fd);
+    drop_segment();
     free(reader.buf);
     free(reader.main_data);
     reader = Reader{.fd = -1};

@@ -48,11 +48,12 @@ enum class InplaceRead : uint8_t {
 /*
  * Positions the reader at `next`, the end LSN of the record that begins at
  * `prev_start` (xl_prev of the next record must equal it), on timeline
- * `tli` of the cluster `system_id`, segments of `segment_bytes`.  Keeps
- * the open file and what its buffer holds (the WAL below a flush position
- * never changes) unless the timeline differs.
+ * `tli` of the cluster `system_id`, segments of `segment_bytes`; the files
+ * are read with pread, or mapped if `use_mmap` (inplace_reader.cpp says why
+ * pread is the default).  Keeps the open file and what its buffer holds (the
+ * WAL below a flush position never changes) unless something else differs.
  */
-void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, uint32 segment_bytes);
+void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, uint32 segment_bytes, bool use_mmap);
 
 /*
  * Reads the record at the reader's position into `view` if it ends at or
