@@ -22,8 +22,9 @@
 # tracking, that records were compared (the follower's LOG lines count
 # them), that the in-place reader handled every record it was given, and
 # that the page LSN oracle finds every block changed since L listed.
-# Phase 2, ptrack.wal_reader = inplace (a reload): the same workload, the
-# same assertions without the comparison.
+# Phase 2, ptrack.wal_reader = inplace (a reload), and phase 3, inplace_mmap
+# (the segment files mapped): the same workload, the same assertions
+# without the comparison.
 
 use strict;
 use warnings;
@@ -164,6 +165,10 @@ cmp_ok($compared, '>=', 10000, "compare: $compared records read by both readers,
 $node->append_conf('postgresql.conf', "ptrack.wal_reader = inplace\nwal_compression = off\n");
 $node->reload;    # the follower takes it before its next batch
 phase('inplace');
+
+$node->append_conf('postgresql.conf', "ptrack.wal_reader = inplace_mmap\n");
+$node->reload;
+phase('inplace_mmap');
 
 $node->stop;
 done_testing();
