@@ -14,7 +14,8 @@
 # a truncation by VACUUM, TRUNCATE and DROP (relations dropped at commit),
 # a two-phase commit, subtransactions, sequences, CREATE and DROP DATABASE,
 # a logical message of 3 MB (main data over many pages and four segments),
-# and pg_switch_wal().
+# pg_switch_wal(), and last a row moved off a full page (the old page named
+# only as block id 1 of the UPDATE).
 #
 # Phase 1, ptrack.wal_reader = compare: the follower reads each record of its
 # steady state with both readers and raises an ERROR at the first
@@ -124,6 +125,15 @@ UPDATE toast_$tag SET doc = doc || 'z' WHERE id % 5 = 0;
 });
 	$node->safe_psql('postgres', 'SELECT pg_switch_wal()');
 	$node->safe_psql('postgres', "INSERT INTO big_$tag VALUES (-2, 0, 'after the switch')");
+	# Last, a row moved off its full page: the heap UPDATE names the old page
+	# as block id 1, and no later record touches that page, so the oracle
+	# sees it only if the follower took that block reference.
+	$node->safe_psql('postgres', qq{
+CREATE TABLE moved_$tag (id int, pad text);
+INSERT INTO moved_$tag SELECT g, repeat('a', 100) FROM generate_series(1, 200) g;
+CHECKPOINT;
+UPDATE moved_$tag SET pad = repeat('b', 2000) WHERE id = 1;
+});
 	return;
 }
 
