@@ -132,7 +132,7 @@ UPDATE toast_$tag SET doc = doc || 'z' WHERE id % 5 = 0;
 CREATE TABLE moved_$tag (id int, pad text);
 INSERT INTO moved_$tag SELECT g, repeat('a', 100) FROM generate_series(1, 200) g;
 CHECKPOINT;
-UPDATE moved_$tag SET pad = repeat('b', 2000) WHERE id = 1;
+UPDATE moved_$tag SET pad = (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 40) i) WHERE id = 1;
 });
 	return;
 }
