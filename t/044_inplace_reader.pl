@@ -125,13 +125,11 @@ UPDATE toast_$tag SET doc = doc || 'z' WHERE id % 5 = 0;
 });
 	$node->safe_psql('postgres', 'SELECT pg_switch_wal()');
 	$node->safe_psql('postgres', "INSERT INTO big_$tag VALUES (-2, 0, 'after the switch')");
-	# Last, a row moved off its full page: the heap UPDATE names the old page
-	# as block id 1, and no later record touches that page, so the oracle
-	# sees it only if the follower took that block reference.
+	# Last, a row moved off its full page (the table was filled before L):
+	# the heap UPDATE names the old page as block id 1, and no other record
+	# after L touches that page, so the oracle sees it listed only if the
+	# follower took that block reference.
 	$node->safe_psql('postgres', qq{
-CREATE TABLE moved_$tag (id int, pad text);
-INSERT INTO moved_$tag SELECT g, repeat('a', 100) FROM generate_series(1, 200) g;
-CHECKPOINT;
 UPDATE moved_$tag SET pad = (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 40) i) WHERE id = 1;
 });
 	return;
@@ -142,6 +140,10 @@ sub phase
 {
 	my ($mode) = @_;
 	my $offset = log_position($node);
+	$node->safe_psql('postgres', qq{
+CREATE TABLE moved_$mode (id int, pad text);
+INSERT INTO moved_$mode SELECT g, repeat('a', 100) FROM generate_series(1, 200) g;
+});
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	my $lsn = $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
 	my $baseline = block_counts($node->data_dir);
