@@ -144,8 +144,9 @@ sub phase
 CREATE TABLE moved_$mode (id int, pad text);
 INSERT INTO moved_$mode SELECT g, repeat('a', 100) FROM generate_series(1, 200) g;
 });
+	# L is a checkpoint's redo LSN, where a summary ends: the answer for L holds no change made before it.
 	$node->safe_psql('postgres', 'CHECKPOINT');
-	my $lsn = $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
+	my $lsn = $node->safe_psql('postgres', 'SELECT redo_lsn FROM pg_control_checkpoint()');
 	my $baseline = block_counts($node->data_dir);
 	my $lsn0 = $node->safe_psql('postgres', 'SELECT pg_current_wal_lsn()');
 	workload($mode);
