@@ -14,8 +14,8 @@
 # a truncation by VACUUM, TRUNCATE and DROP (relations dropped at commit),
 # a two-phase commit, subtransactions, sequences, CREATE and DROP DATABASE,
 # a logical message of 3 MB (main data over many pages and four segments),
-# pg_switch_wal(), and last a row moved off a full page (the old page named
-# only as block id 1 of the UPDATE).
+# pg_switch_wal(), and last a row moved off a full page to a page that only
+# the UPDATE's block id 0 names after L.
 #
 # Phase 1, ptrack.wal_reader = compare: the follower reads each record of its
 # steady state with both readers and raises an ERROR at the first
@@ -125,10 +125,12 @@ UPDATE toast_$tag SET doc = doc || 'z' WHERE id % 5 = 0;
 });
 	$node->safe_psql('postgres', 'SELECT pg_switch_wal()');
 	$node->safe_psql('postgres', "INSERT INTO big_$tag VALUES (-2, 0, 'after the switch')");
-	# Last, a row moved off its full page (the table was filled before L):
-	# the heap UPDATE names the old page as block id 1, and no other record
-	# after L touches that page, so the oracle sees it listed only if the
-	# follower took that block reference.
+	# Last, a row moved off its full page to the table's last page, both
+	# filled before L: the heap UPDATE names the last page as block id 0,
+	# with a full page image, and no other record after L does, so the
+	# oracle sees it listed only if the follower took that reference (the old
+	# page, block id 1, is also named by the LOCK record heap_update writes
+	# first).
 	$node->safe_psql('postgres', qq{
 UPDATE moved_$tag SET pad = (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 40) i) WHERE id = 1;
 });
