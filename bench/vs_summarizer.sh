@@ -95,7 +95,7 @@ make_work ptrack-vs-summarizer 755
 cd "$work"
 so_md5=$(md5_of "$pkglib/ptrack.so")
 if [ "$wal_scan" = 1 ]; then
-    g++ -std=c++17 -O2 -I"$("$bin/pg_config" --includedir-server)" -o "$work/wal_scan" \
+    g++ -std=c++17 -O2 -DPTRACK_PG_LAYER -I"$repo/include" -I"$("$bin/pg_config" --includedir-server)" -o "$work/wal_scan" \
         "$repo/bench/wal_scan/wal_scan.cpp" -L"$("$bin/pg_config" --libdir)" -lpgcommon -lpgport ||
         die "could not build bench/wal_scan/wal_scan.cpp"
 fi

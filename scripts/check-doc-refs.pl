@@ -21,6 +21,11 @@
 #              backquotes) name a file that defines each function (a .cpp: a
 #              line starting at column 0 with `name(`) or, for a header,
 #              declares or defines it (`name(` outside its comments).
+#   sections   every "design.md N.M" or "design.md section N" (also
+#              "design.md, section", "sections", "Sections"), in the
+#              documents and the sources, and every "Section(s) N.M" inside
+#              docs/design.md itself, must name a heading of docs/design.md
+#              ("## N. ..." or "### N.M ...").
 #
 # Names of PostgreSQL, pg_probackup and the C library that the documents cite
 # are listed below (KNOWN_FILES, KNOWN_FUNCTIONS); keep those lists short and
@@ -184,11 +189,40 @@ for my $path (grep { m{^(README\.md|docs/.*\.md)$} } @tracked) {
 	}
 }
 
+# ---- sections of docs/design.md ------------------------------------------------
+
+my %section;
+for my $line (split /\n/, slurp('docs/design.md')) {
+	$section{$1} = 1 if $line =~ /^##\s+(\d+)\.\s/;
+	$section{$1} = 1 if $line =~ /^###\s+(\d+\.\d+)\s/;
+}
+my $NUMS = qr{\d+(?:\.\d+)?(?:(?:\s*(?:-|,|and)\s*)\d+(?:\.\d+)?)*};
+for my $path (@documents, @sources) {
+	my $text = slurp($path);
+	my $line_of = sub { 1 + (substr($text, 0, $_[0]) =~ tr/\n//) };
+	my @refs;
+	while ($text =~ m{design\.md,?\s+(?:[Ss]ections?\s+)?($NUMS)}g) {
+		push @refs, [ $-[0], $1 ];
+	}
+	if ($path eq 'docs/design.md') {
+		while ($text =~ m{\b[Ss]ections?\s+($NUMS)}g) {
+			push @refs, [ $-[0], $1 ];
+		}
+	}
+	for my $ref (@refs) {
+		my ($at, $list) = @$ref;
+		for my $n ($list =~ /(\d+(?:\.\d+)?)/g) {
+			push @problems, "$path:" . $line_of->($at) . ": names design.md section $n, which docs/design.md has no heading for"
+				unless $section{$n};
+		}
+	}
+}
+
 if (@problems) {
 	print STDERR "check-doc-refs: $_\n" for @problems;
 	print STDERR "check-doc-refs: ", scalar(@problems), " reference(s) to nothing: fix the text (or, for a name "
 		. "outside this repository, add it to the lists in scripts/check-doc-refs.pl)\n";
 	exit 1;
 }
-print STDERR "check-doc-refs: every file and function the docs and comments name exists\n";
+print STDERR "check-doc-refs: every file, function and design.md section the docs and comments name exists\n";
 exit 0;

@@ -56,7 +56,7 @@ use Time::HiRes qw(sleep time);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More ();
-use PtrackCluster qw(ptrack_node new_node server_has_hooks server_major);
+use PtrackCluster qw(ptrack_node new_node server_has_hooks server_major log_position log_since);
 use PtrackOracle qw(block_counts lsn_to_int);
 use PtrackVerify qw(cluster_digests);
 use PtrackSoak::Rng;
@@ -100,6 +100,7 @@ my %fault_count;
 my $faults_since_backup = 0;
 my @failures;
 my ($cluster, $faults, $pgpb, $clients);
+my %log_offset; # per node: where its server log stood at the last backup
 my @chains;    # [ { full => backup, backups => [ ... ] } ], newest last
 my $prev;      # the last backup taken: { id, start_lsn, sizes, chain, ... }
 
@@ -194,7 +195,11 @@ sub main
 	$conf .= "wal_log_hints = on\n" if $opt{standby} && !$checksums;
 
 	PtrackSoak::Node::configure(note => \&event,
-		reserve => $opt{'tiny-dir'} ? "$opt{'tiny-dir'}/reserve" : undef);
+		reserve => $opt{'tiny-dir'} ? "$opt{'tiny-dir'}/reserve" : undef,
+		space_freed => sub {
+			my $done = $faults ? $faults->space_freed($_[0]) : undef;
+			event($done) if defined $done;
+		});
 	my $primary = PtrackSoak::Node->adopt(ptrack_node('node1', allows_streaming => 1, stock => $stock,
 		checksums => $checksums, map_size => $map_size, conf => $conf));
 	$primary->start;
@@ -220,6 +225,7 @@ sub main
 		log => $log,
 		capture => $capture,
 		tiny => $opt{'tiny-dir'} ? 1 : 0,
+		tiny_dir => $opt{'tiny-dir'},
 		stock => $stock,
 		new_standby => sub { make_standby($_[0], 'node' . ++$node_seq) },
 	};
@@ -362,6 +368,13 @@ sub take_backup
 	if ($restarted)
 	{
 		my $reason = $src->safe_psql('postgres', 'SELECT last_restart_reason FROM ptrack_status()');
+		# What the server said since the previous backup (a refusal at a start
+		# that a later crash restart replaced is only in the log).
+		my $from = $log_offset{ $src->name } // 0;
+		$from = 0 if $from > log_position($src);
+		my @said = grep { /ptrack.*(?:not trusted|restart|afresh|cannot)/ } split /\n/, log_since($src, $from);
+		event("the server log of " . $src->name . " since the previous backup, on ptrack's tracking:\n"
+			  . join("\n", map { "    $_" } @said)) if @said;
 		my $explained = $faults_since_backup > 0;
 		$count{forced_full}++ if $mode eq 'PTRACK';
 		$count{unexplained_restarts}++ unless $explained;
@@ -386,6 +399,7 @@ sub take_backup
 	}
 	$count{backups}++;
 	$count{ lc $mode }++;
+	$log_offset{ $_->name } = log_position($_) for grep { defined } $cluster->{primary}, $cluster->{standby};
 	$count{under_load}++ unless $o{quiesce};
 	pause_clients_or_die() if !$o{quiesce} && !$o{stopped};
 	$p->wait_for_catchup($src->name, 'replay', $p->lsn('insert')) if $src != $p;

@@ -38,7 +38,7 @@ command -v perf >/dev/null || { echo "run.sh: perf is needed (apt-get install li
 
 work=$(mktemp -d /tmp/wal-scan.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-g++ -std=c++17 -O2 -Wall -Wextra -I"$("$pg_config" --includedir-server)" -o "$work/wal_scan" "$here/wal_scan.cpp" \
+g++ -std=c++17 -O2 -Wall -Wextra -DPTRACK_PG_LAYER -I"$here/../../include" -I"$("$pg_config" --includedir-server)" -o "$work/wal_scan" "$here/wal_scan.cpp" \
     -L"$("$pg_config" --libdir)" -lpgcommon -lpgport
 
 echo "command: bench/wal_scan/run.sh --prefix $prefix --runs $runs ${dirs[*]}"

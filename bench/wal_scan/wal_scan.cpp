@@ -76,6 +76,8 @@ extern "C" {
 #include <string>
 #include <vector>
 
+#include "ptrack/hash.h"
+
 /* PostgreSQL 16's limit on a record's length (access/xlogrecord.h); 15 has no such constant. */
 #ifndef XLogRecordMaxSize
 #define XLogRecordMaxSize (1020 * 1024 * 1024)
@@ -101,20 +103,10 @@ T load(const unsigned char* p)
     return v;
 }
 
-uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
-
-/* One block reference's identity hashed: tablespace, database, relation, fork, block. */
+/* One block reference's identity hashed with the engine's hashes (ptrack/hash.h). */
 uint64_t blockref_hash(uint32_t spc, uint32_t db, uint32_t rel, uint32_t fork, uint32_t blk)
 {
-    return mix(mix(mix((static_cast<uint64_t>(spc) << 32) | db) ^ ((static_cast<uint64_t>(rel) << 8) | fork)) ^ blk);
+    return ptrack::mix64(ptrack::hash_rel(ptrack::RelFork{spc, db, rel, static_cast<uint8_t>(fork)}) ^ blk);
 }
 
 struct Result {

@@ -105,16 +105,16 @@ uint64_t save_warnings_suppressed = 0;
 
 }  // namespace
 
-void warn_save_failed(const char* what, const char* action, const char* file)
+void warn_save_failed(const char* what, const char* action, const char* path)
 {
     const int saved_errno = errno;
-    snprintf(last_failure, sizeof(last_failure), "could not %s file \"%s\": %s", action, file, strerror(saved_errno));
+    snprintf(last_failure, sizeof(last_failure), "could not %s \"%s\": %s", action, path, strerror(saved_errno));
     const TimestampTz now = GetCurrentTimestamp();
     if (now < save_warning_quiet_until) {
         save_warnings_suppressed++;
         errno = saved_errno;
         ereport(DEBUG1, (errcode_for_file_access(),
-                         errmsg("ptrack could not save %s: could not %s file \"%s\": %m", what, action, file)));
+                         errmsg("ptrack could not save %s: could not %s \"%s\": %m", what, action, path)));
         return;
     }
     char repeated[128] = "";
@@ -126,7 +126,7 @@ void warn_save_failed(const char* what, const char* action, const char* file)
     errno = saved_errno;
     /* What the failure means depends on the source (its detail and hint: map_persistence.h). */
     ereport(WARNING, (errcode_for_file_access(),
-                      errmsg("ptrack could not save %s: could not %s file \"%s\": %m", what, action, file),
+                      errmsg("ptrack could not save %s: could not %s \"%s\": %m", what, action, path),
                       errdetail("%s%s", persist_source->save_failure_detail, repeated),
                       errhint("%s", persist_source->save_failure_hint)));
 }
@@ -142,7 +142,7 @@ bool rename_for_save(const char* from, const char* to, const char* what)
     if (durable_rename(from, to, DEBUG1) == 0)
         return true;
     /* durable_rename() fsyncs both names and the directory too: any of these steps failed. */
-    warn_save_failed(what, "rename (and fsync)", from);
+    warn_save_failed(what, "rename (and fsync) file", from);
     return false;
 }
 
@@ -150,18 +150,18 @@ bool write_file_fsynced(const char* name, const void* data, size_t len, const ch
 {
     const int fd = OpenTransientFile(name, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
     if (fd < 0) {
-        warn_save_failed(what, "create", name);
+        warn_save_failed(what, "create file", name);
         return false;
     }
     bool ok = write_at(fd, data, len, 0);
     if (!ok)
-        warn_save_failed(what, "write", name);
+        warn_save_failed(what, "write file", name);
     else if (pg_fsync(fd) != 0) {
-        warn_save_failed(what, "fsync", name);
+        warn_save_failed(what, "fsync file", name);
         ok = false;
     }
     if (CloseTransientFile(fd) != 0 && ok) {
-        warn_save_failed(what, "close", name);
+        warn_save_failed(what, "close file", name);
         ok = false;
     }
     if (!ok)

@@ -42,20 +42,20 @@ bool crc_of_range(int fd, uint64_t offset, uint64_t len, uint8_t* buffer, size_t
 
 /*
  * The WARNING of a failed save of one of ptrack's files: names ptrack, what
- * it was saving (`what`, e.g. "its map"), the failed step (`action`, e.g.
- * "write") and the file, then what it means for the next backup (which
- * depends on the capture source) and what to check.  Call right after the
- * failing call: reports errno.
+ * it was saving (`what`, e.g. "its map"), the failed step with its object
+ * (`action`, e.g. "write file" or "create directory") and the path, then
+ * what it means for the next backup (which depends on the capture source)
+ * and what to check.  Call right after the failing call: reports errno.
  *
  * Rate-limited per process: a persistent failure (the WAL follower retries
  * its save) logs one WARNING per minute; the failures in between are logged
  * at DEBUG1 and counted in the next WARNING.
  */
-void warn_save_failed(const char* what, const char* action, const char* file);
+void warn_save_failed(const char* what, const char* action, const char* path);
 
 /*
  * The last failure warn_save_failed() was told of in this process, as
- * "could not <action> file "<file>": <strerror>" (reported or not); valid
+ * "could not <action> "<path>": <strerror>" (reported or not); valid
  * until the next call.
  */
 const char* last_save_failure();

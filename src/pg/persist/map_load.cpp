@@ -2,8 +2,8 @@
  * map_load.cpp -- startup: read ptrack.map (and ptrack.map.delta) from the
  * running source's folder (state_files.h), decide whether it can be
  * trusted, and either use it or start a fresh map (docs/design.md sections
- * 3.4 and 5).  Runs once, in the postmaster, before any
- * process can write a block.
+ * 3.4 and 5).  Runs in the postmaster each time it makes shared memory
+ * (at start and after each crash), before any process can write a block.
  *
  * The trust rules themselves are in the engine (map_file_distrust_reason());
  * this file gathers the facts they judge, from one read of pg_control, the
@@ -341,6 +341,16 @@ const char* read_map_to_migrate(int fd, const ControlFileData* control, const Ma
 }
 
 /*
+ * The last map this postmaster refused, kept in its own memory, which a
+ * crash restart keeps while shared memory is made anew: a crash before any
+ * checkpoint saved a new map finds no file, and the fresh start it makes
+ * then still comes from that refusal (ptrack_status() says so).  Cleared
+ * when a map is loaded.
+ */
+TimestampTz refused_time = 0;
+char refused_reason[sizeof(RestartInfo::reason)];
+
+/*
  * A fresh, empty map: no file to use (`reason` nullptr), or one that is not
  * trusted (removed when `remove_rejected`, i.e. it was read and judged).
  */
@@ -356,11 +366,21 @@ void start_fresh(SharedState* state, Map* map, const ControlFileData* control, c
     state->loaded_timeline = 0;
     /* A map refused is a restart of tracking: ptrack_status() counts it and says why. */
     if (reason != nullptr) {
+        refused_time = GetCurrentTimestamp();
+        strlcpy(refused_reason, reason, sizeof(refused_reason));
+    }
+    if (refused_time != 0) {
         state->restart_count.store(1, Order::kRelaxed);
         state->last_restart.time = GetCurrentTimestamp();
         state->last_restart.lsn = state->init_lsn.load(Order::kRelaxed);
-        snprintf(state->last_restart.reason, sizeof(state->last_restart.reason),
-                 "the map file was not trusted at startup because %s", reason);
+        if (reason != nullptr)
+            snprintf(state->last_restart.reason, sizeof(state->last_restart.reason),
+                     "the map file was not trusted at startup because %s", reason);
+        else
+            snprintf(state->last_restart.reason, sizeof(state->last_restart.reason),
+                     "the map file was not trusted at the start of %s because %s, and the server crashed before "
+                     "a checkpoint saved a new one",
+                     timestamptz_to_str(refused_time), refused_reason);
     }
     /*
      * Never let a rejected file be read again, e.g. after a crash before the
@@ -468,6 +488,7 @@ void load_map(SharedState* state, Map* map)
                 reason = persist_source->continue_loaded(control, header, map);
         }
         if (reason == nullptr) {
+            refused_time = 0; /* a map saved since any refusal: tracking goes on from it */
             state->init_lsn.store(header.init_lsn, Order::kRelaxed);
             state->loaded_covered_lsn = header.covered_lsn;
             state->loaded_timeline = header.timeline;

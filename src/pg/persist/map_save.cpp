@@ -98,16 +98,16 @@ uint64_t write_full_map(const MapFileHeader& header)
     const char* temp = state_file(StateFile::kMapTemp);
     const int fd = OpenTransientFile(temp, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
     if (fd < 0) {
-        warn_save_failed("its map", "create", temp);
+        warn_save_failed("its map", "create file", temp);
         return 0;
     }
     FdSink sink(fd);
     const uint64_t bytes = map_file_write(map, header, crc32c, ss.chunk_buffer, ss.crcs, sink);
     bool ok = bytes != 0 && pg_fsync(fd) == 0;
     if (!ok)
-        warn_save_failed("its map", "write", temp);
+        warn_save_failed("its map", "write file", temp);
     if (CloseTransientFile(fd) != 0 && ok) {
-        warn_save_failed("its map", "close", temp);
+        warn_save_failed("its map", "close file", temp);
         ok = false;
     }
     if (!ok || !rename_for_save(temp, state_file(StateFile::kMap), "its map")) {
@@ -132,7 +132,7 @@ uint64_t append_delta(const MapFileHeader& header, Lsn threshold, bool* too_big)
     const char* delta = state_file(StateFile::kMapDelta);
     const int fd = OpenTransientFile(delta, O_WRONLY | O_CREAT | (first ? O_TRUNC : 0) | PG_BINARY);
     if (fd < 0) {
-        warn_save_failed("its map", "open", delta);
+        warn_save_failed("its map", "open file", delta);
         return 0;
     }
     DeltaBatchPlan plan{};
@@ -151,9 +151,9 @@ uint64_t append_delta(const MapFileHeader& header, Lsn threshold, bool* too_big)
     }
     bool ok = written != 0 && pg_fsync(fd) == 0;
     if (!ok)
-        warn_save_failed("its map", "write", delta);
+        warn_save_failed("its map", "write file", delta);
     if (CloseTransientFile(fd) != 0 && ok) {
-        warn_save_failed("its map", "close", delta);
+        warn_save_failed("its map", "close file", delta);
         ok = false;
     }
     /* A new file's directory entry must be durable too. */

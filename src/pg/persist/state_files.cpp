@@ -272,7 +272,7 @@ bool fsync_state_folder_for_save(const char* what)
 {
     if (fsync_fname_ext(as_directory(own_folder()), true, false, DEBUG1) == 0)
         return true;
-    warn_save_failed(what, "fsync", as_directory(own_folder()));
+    warn_save_failed(what, "fsync directory", as_directory(own_folder()));
     return false;
 }
 

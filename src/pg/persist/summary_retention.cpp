@@ -218,13 +218,13 @@ size_t remove_files(const RetentionFile* files, size_t first, size_t n)
         char path[MAXPGPATH];
         path_of(f, path, sizeof(path));
         if (unlink(path) != 0 && errno != ENOENT) {
-            warn_save_failed("its summaries", "remove", path);
+            warn_save_failed("its summaries", "remove file", path);
             break;
         }
         forget_bad(f.start, f.end);
     }
     if (removed > 0 && fsync_fname_ext(kSummaryDir, true, false, DEBUG1) != 0)
-        warn_save_failed("its summaries", "fsync", kSummaryDir);
+        warn_save_failed("its summaries", "fsync directory", kSummaryDir);
     return removed;
 }
 
@@ -243,7 +243,7 @@ bool map_input(RetentionFile* f, size_t i)
     path_of(*f, path, sizeof(path));
     const int fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
     if (fd < 0) {
-        warn_save_failed("its summaries", "open", path);
+        warn_save_failed("its summaries", "open file", path);
         return false;
     }
     struct stat st;
@@ -255,7 +255,7 @@ bool map_input(RetentionFile* f, size_t i)
     void* data = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
     CloseTransientFile(fd);
     if (data == MAP_FAILED) {
-        warn_save_failed("its summaries", "map", path);
+        warn_save_failed("its summaries", "map file", path);
         return false;
     }
     state.mapped[i] = Mapped{data, static_cast<size_t>(st.st_size)};
@@ -310,7 +310,7 @@ bool combine(RetentionFile* files, size_t* count, size_t first, size_t n)
     times[1].tv_sec = static_cast<time_t>(out.mtime);
     times[1].tv_nsec = 0;
     if (utimensat(AT_FDCWD, path, times, 0) != 0 || fsync_fname_ext(path, false, false, DEBUG1) != 0)
-        warn_save_failed("its summaries", "set the modification time of", path);
+        warn_save_failed("its summaries", "set the modification time of file", path);
     ereport(DEBUG1, (errmsg("ptrack combined %zu summary files into \"%s\"", n, path)));
     /* Only now the inputs go; one that stays lies inside the combined file (the next pass removes it). */
     const bool all_removed = remove_files(files, first, n) == n;
@@ -504,7 +504,7 @@ bool summary_mark_ends_at_redo(Lsn start, Lsn end)
     times[0].tv_nsec = UTIME_OMIT;
     times[1] = st.st_mtim;
     if (utimensat(AT_FDCWD, path, times, 0) != 0 || fsync_fname_ext(path, false, false, DEBUG1) != 0)
-        warn_save_failed("its summaries", "set the modification time of", path);
+        warn_save_failed("its summaries", "set the modification time of file", path);
     ereport(DEBUG1, (errmsg("ptrack marked summary \"%s\" as ending at a checkpoint's redo LSN", path)));
     return true;
 }

@@ -208,7 +208,7 @@ bool summary_write_durably(ChangeCursor& content, Lsn start_lsn, Lsn end_lsn, ui
     snprintf(temp, sizeof(temp), "%s%s", path, kTempSuffix);
     const int fd = OpenTransientFile(temp, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
     if (fd < 0) {
-        warn_save_failed("its change summary", "create", temp);
+        warn_save_failed("its change summary", "create file", temp);
         return false;
     }
     SummaryHeader header{};
@@ -225,13 +225,13 @@ bool summary_write_durably(ChangeCursor& content, Lsn start_lsn, Lsn end_lsn, ui
     if (!ok) {
         if (status != SummaryStatus::kWriteFailed)
             errno = EINVAL; /* a caller's mistake (range, buffer): said as a failed write, never a wrong file */
-        warn_save_failed("its change summary", "write", temp);
+        warn_save_failed("its change summary", "write file", temp);
     } else if (pg_fsync(fd) != 0) {
-        warn_save_failed("its change summary", "fsync", temp);
+        warn_save_failed("its change summary", "fsync file", temp);
         ok = false;
     }
     if (CloseTransientFile(fd) != 0 && ok) {
-        warn_save_failed("its change summary", "close", temp);
+        warn_save_failed("its change summary", "close file", temp);
         ok = false;
     }
     /* durable_rename() fsyncs the file, the new name and the directory. */

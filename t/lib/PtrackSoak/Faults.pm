@@ -41,7 +41,8 @@
 #
 # The cluster is a hash shared with the driver:
 #   { primary => $node, standby => $node or undef, run => $dir, log,
-#     capture => 'hooks'|'wal', tiny => 1 if soak_tiny exists,
+#     capture => 'hooks'|'wal', tiny => 1 if soak_tiny exists (tiny_dir: the
+#     tiny file system's mount point),
 #     new_standby => sub { ($name, $from_node) -> new standby node } }
 
 package PtrackSoak::Faults;
@@ -326,12 +327,35 @@ sub fault_fill_tablespace
 {
 	my ($self) = @_;
 	my $p = $self->{cl}{primary};
+	# A standby keeps its copy of soak_tiny in its own directory: after a
+	# failover, filling it would fill the real disk, not the tiny one.
+	my $loc = $p->safe_psql('soak', "SELECT pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname = 'soak_tiny'");
+	return 'skipped: soak_tiny of ' . $p->name . " lies in $loc, not on the tiny file system (a promoted standby's copy)"
+	  unless index($loc, "$self->{cl}{tiny_dir}/") == 0;
 	$p->safe_psql('soak', 'CREATE TABLE IF NOT EXISTS soak_fill (v text) TABLESPACE soak_tiny');
 	my ($rc, $out, $err) = $p->psql('soak',
 		"INSERT INTO soak_fill SELECT repeat(md5(g::text), 30) FROM generate_series(1, 200000) g");
 	$self->{filled} = 1;
 	my ($why) = $err =~ /ERROR:\s+(.*)/;
 	return 'soak_tiny filled: ' . ($why // ($rc ? $err : 'the insert fit'));
+}
+
+# A recovery of $node needed the reserve (PtrackSoak::Node): on the primary,
+# the filled tablespace is emptied and the reserve made again now, not at
+# the next backup, so that a second crash before it finds a reserve too.
+# Returns what it did, for the events log (undef on a standby).
+sub space_freed
+{
+	my ($self, $node) = @_;
+	my $p = $self->{cl}{primary};
+	return undef unless $node->name eq $p->name;
+	if ($self->{filled})
+	{
+		$p->safe_psql('soak', 'DROP TABLE IF EXISTS soak_fill');
+		$self->{filled} = 0;
+	}
+	my $have = PtrackSoak::Node::make_reserve();
+	return sprintf('soak_tiny emptied after that recovery; the reserve has %d MB again', $have / 1048576);
 }
 
 sub fault_summary_memory

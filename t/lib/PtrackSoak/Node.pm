@@ -17,12 +17,16 @@
 #     space maps that the original writes left alone (CREATE TABLE AS writes
 #     none), and a transaction that the full disk aborted, whose abort
 #     record the crash lost, gets its files written again and kept.
-#     PtrackSoak::Faults::lift_limits() makes the reserve again (as much of
-#     it as fits) once it has emptied the tablespace.
+#     Once that server is up, the space_freed callback runs (soak.pl: the
+#     filled tablespace emptied and the reserve made again at once, as a DBA
+#     frees space after such a start), so that the next crash's recovery has
+#     a reserve too: the clients would fill the freed space again before
+#     PtrackSoak::Faults::lift_limits() ran at the next backup.
 # Each wait and each freed reserve is a line of the events log and counted
 # (counts()): the summary reports them.
 #
-#   PtrackSoak::Node::configure(note => \&event, reserve => "$tiny/reserve");
+#   PtrackSoak::Node::configure(note => \&event, reserve => "$tiny/reserve",
+#       space_freed => sub { my ($node) = @_; ... });
 #   PtrackSoak::Node->adopt($node);   # a PostgreSQL::Test::Cluster node
 #
 # A statement that the server cuts because its own backend crashed (no
@@ -51,7 +55,7 @@ my $RESERVE_BYTES = 8 * 1048576;
 
 my $REFUSED = qr/the database system is (?:in recovery mode|not yet accepting connections|starting up|shutting down)|terminating connection because of crash of another server process/;
 
-my %config = (note => sub { }, reserve => undef);
+my %config = (note => sub { }, reserve => undef, space_freed => sub { });
 my %count = (waits => 0, waited_s => 0, freed => 0);
 
 sub configure
@@ -155,6 +159,7 @@ sub _free_space_and_start
 	$self->SUPER::start(fail_ok => 1)
 	  or croak 'the server ' . $self->name . ' did not start after the reserve was freed: see '
 	  . $self->logfile;
+	$config{space_freed}->($self);
 	return 1;
 }
 
