@@ -48,6 +48,9 @@
 #                     mode over the same WAL while it is written (built here
 #                     against the prefix), and report its CPU per MB: what
 #                     reading costs a follower without xlogreader's copies
+#   --conf LINE       a line appended to every server's postgresql.conf, after
+#                     the script's own (repeatable), e.g. --conf
+#                     'ptrack.wal_reader = inplace'
 #   --port N          port number of the server's socket (default 55470)
 #   --keep            keep the temp dir at the end
 #   --prefix DIR      PostgreSQL prefix (17 or later for the summarizer; 15: the follower alone)
@@ -59,6 +62,7 @@ unset PGOPTIONS PGSERVICE PGSERVICEFILE PGSSLMODE || true
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 workloads=tpcb,copy,update runs=3 duration=60 copy_scale=50 clients=4 compare=1 port=55470 keep=0 wal_scan=0
+extra_conf=()
 prefix=${PG_PREFIX:-}
 cmdline=$(printf '%q ' "$0" "$@")
 while [ $# -gt 0 ]; do
@@ -70,6 +74,7 @@ while [ $# -gt 0 ]; do
         --clients) clients=${2:?}; shift ;;
         --no-compare) compare=0 ;;
         --wal-scan) wal_scan=1 ;;
+        --conf) extra_conf+=("${2:?}"); shift ;;
         *) common_option "$@" && shift ;;
     esac
     shift
@@ -226,6 +231,7 @@ for w in "${workload_list[@]}"; do
             echo "max_wal_size = 4GB"
             echo "synchronous_commit = off"
             workload_conf "$w"
+            for line in "${extra_conf[@]}"; do echo "$line"; done
         } | server_conf "$dd"
         workload_start "$dd" "$work/server-$w-$run.log" "$w" "$work"
         lsn_l=$(checkpoint_redo)

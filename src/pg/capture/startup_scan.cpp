@@ -279,10 +279,12 @@ const char* scan_wal_at_startup(const ControlFileData& control, Lsn from, TimeLi
             recorder->begin(scanned_from(*scan, from, static_cast<uint32_t>(segment_bytes)));
         XLogBeginRead(reader, begin);
         while (why == nullptr && XLogReadRecord(reader, &errormsg) != NULL) {
-            why = capture_wal_record(reader, sink);
+            WalRecordView view;
+            view_of_reader(reader, &view);
+            why = capture_wal_record(view, sink);
             /* At most twice: a recorder that made room for the record takes it, or gives up. */
             for (int attempt = 0; why == nullptr && recorder != nullptr && attempt < 2; ++attempt) {
-                why = capture_wal_record(reader, *recorder);
+                why = capture_wal_record(view, *recorder);
                 if (why == nullptr && recorder->record_done(reader->EndRecPtr))
                     break;
             }
@@ -349,8 +351,11 @@ const char* mark_record_ending_at(const ControlFileData& control, Lsn lsn, TimeL
                 XLogBeginRead(reader, prev);
                 if (XLogReadRecord(reader, &errormsg) == NULL)
                     why = "the WAL record before it could not be read";
-                else if (reader->EndRecPtr <= first)
-                    why = capture_wal_record(reader, sink);
+                else if (reader->EndRecPtr <= first) {
+                    WalRecordView view;
+                    view_of_reader(reader, &view);
+                    why = capture_wal_record(view, sink);
+                }
             }
         }
     }

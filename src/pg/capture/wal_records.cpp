@@ -4,7 +4,10 @@
  * every block it references, and the changes it makes without a block
  * reference (relation limits, database directories), go to the caller's
  * sink (wal_records.h), or restart tracking (docs/design.md section 4.2).
- * Everything counts at record->EndRecPtr: a record that ends at or after
+ * The record comes as a view (wal_record_view.h), from xlogreader or from
+ * the follower's in-place reader: both feed this same decoding.
+ * Everything counts at the record's end LSN (WalRecordView::end, xlogreader's
+ * EndRecPtr): a record that ends at or after
  * L is listed by pagemapset(L), and no record ending before L changes
  * anything a backup starting at L has not already seen.
  *
@@ -17,8 +20,7 @@
  * the rule and why it is complete:
  *
  * Block references (every record).  Every block id in use, 0 ..
- * XLogRecMaxBlockId, through XLogRecGetBlockTagExtended, on whatever fork it
- * names.  Nothing is skipped: the WAL only carries blocks of permanent
+ * XLR_MAX_BLOCK_ID (the view lists each), on whatever fork it names.  Nothing is skipped: the WAL only carries blocks of permanent
  * relations and init forks, which are exactly what backups copy.  Redo
  * changes a page only through a block reference of its record, except for
  * the kinds below; that is the contract pg_rewind (parsexlog.c) relies on,
@@ -158,10 +160,10 @@ constexpr BlockNumber kHeapBlocksPerVmPage =
 static_assert(BLCKSZ != 8192 || kHeapBlocksPerVmPage == 32672, "HEAPBLOCKS_PER_PAGE of visibilitymap.c");
 
 /* "heap2/VISIBLE (info 0x40)" for a reason text. */
-const char* record_kind(XLogReaderState* record, char* out, size_t size)
+const char* record_kind(const WalRecordView& record, char* out, size_t size)
 {
-    const RmgrId rmid = XLogRecGetRmid(record);
-    const uint8 info = XLogRecGetInfo(record);
+    const RmgrId rmid = record.rmid;
+    const uint8 info = record.info;
     const char* rmgr = RmgrIdExists(rmid) ? RmgrTable[rmid].rm_name : nullptr;
     const char* id = rmgr != nullptr && RmgrTable[rmid].rm_identify != nullptr
                          ? RmgrTable[rmid].rm_identify(info)
@@ -173,30 +175,28 @@ const char* record_kind(XLogReaderState* record, char* out, size_t size)
     return out;
 }
 
-const char* malformed(XLogReaderState* record)
+const char* malformed(const WalRecordView& record)
 {
     char kind[96];
     return reason("WAL record %s at %X/%X is shorter than its kind requires", record_kind(record, kind, sizeof(kind)),
-                  PTRACK_LSN_ARGS(record->ReadRecPtr));
+                  PTRACK_LSN_ARGS(record.start));
 }
 
 /* Copies the record's fixed-size main data into *out; false if the record is shorter. */
 template <typename T>
-bool main_data(XLogReaderState* record, T* out)
+bool main_data(const WalRecordView& record, T* out)
 {
-    if (XLogRecGetDataLen(record) < sizeof(T))
+    if (record.main_data_len < sizeof(T))
         return false;
-    memcpy(out, XLogRecGetData(record), sizeof(T));
+    memcpy(out, record.main_data, sizeof(T));
     return true;
 }
 
-void mark_block_references(XLogReaderState* record, Lsn lsn, bool heap, WalChangeSink& sink)
+void mark_block_references(const WalRecordView& record, Lsn lsn, bool heap, WalChangeSink& sink)
 {
-    for (int block_id = 0; block_id <= XLogRecMaxBlockId(record); ++block_id) {
-        RelFork rel;
-        BlockNumber block;
-        if (!record_block_tag(record, static_cast<uint8>(block_id), &rel, &block))
-            continue;
+    for (uint32_t i = 0; i < record.block_count; ++i) {
+        RelFork rel = record.blocks[i].rel;
+        const BlockNumber block = record.blocks[i].block;
         sink.block(rel, block, lsn, true);
         if (heap && rel.fork == MAIN_FORKNUM) {
             rel.fork = VISIBILITYMAP_FORKNUM;
@@ -218,9 +218,9 @@ void drop_relations(const PgRelId* nodes, int count, Lsn lsn, WalChangeSink& sin
  * *why to restart tracking), false if the record is not one it handles.
  */
 
-bool apply_smgr(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const char** why)
+bool apply_smgr(const WalRecordView& record, Lsn lsn, WalChangeSink& sink, const char** why)
 {
-    const uint8 info = XLogRecGetInfo(record) & XLR_RMGR_INFO_MASK;
+    const uint8 info = record.info & XLR_RMGR_INFO_MASK;
     if (info == XLOG_SMGR_CREATE) {
         xl_smgr_create xlrec;
         if (!main_data(record, &xlrec) || xlrec.forkNum < 0 || xlrec.forkNum > MAX_FORKNUM)
@@ -244,7 +244,7 @@ bool apply_smgr(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const cha
         if (xlrec.flags & ~SMGR_TRUNCATE_ALL) {
             char kind[96];
             *why = reason("WAL record %s at %X/%X has unknown truncation flags 0x%X",
-                          record_kind(record, kind, sizeof(kind)), PTRACK_LSN_ARGS(record->ReadRecPtr),
+                          record_kind(record, kind, sizeof(kind)), PTRACK_LSN_ARGS(record.start),
                           static_cast<unsigned>(xlrec.flags));
         }
         return true;
@@ -252,27 +252,27 @@ bool apply_smgr(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const cha
     return false;
 }
 
-bool apply_xact(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const char** why)
+bool apply_xact(const WalRecordView& record, Lsn lsn, WalChangeSink& sink, const char** why)
 {
-    const uint8 info = XLogRecGetInfo(record) & XLOG_XACT_OPMASK;
+    const uint8 info = record.info & XLOG_XACT_OPMASK;
     if (info == XLOG_XACT_COMMIT || info == XLOG_XACT_COMMIT_PREPARED) {
-        if (XLogRecGetDataLen(record) < sizeof(xl_xact_commit)) {
+        if (record.main_data_len < sizeof(xl_xact_commit)) {
             *why = malformed(record);
             return true;
         }
         xl_xact_parsed_commit parsed;
-        ParseCommitRecord(XLogRecGetInfo(record), reinterpret_cast<xl_xact_commit*>(XLogRecGetData(record)),
+        ParseCommitRecord(record.info, reinterpret_cast<xl_xact_commit*>(const_cast<char*>(record.main_data)),
                           &parsed);
         drop_relations(xact_dropped_rels(parsed), parsed.nrels, lsn, sink);
         return true;
     }
     if (info == XLOG_XACT_ABORT || info == XLOG_XACT_ABORT_PREPARED) {
-        if (XLogRecGetDataLen(record) < sizeof(xl_xact_abort)) {
+        if (record.main_data_len < sizeof(xl_xact_abort)) {
             *why = malformed(record);
             return true;
         }
         xl_xact_parsed_abort parsed;
-        ParseAbortRecord(XLogRecGetInfo(record), reinterpret_cast<xl_xact_abort*>(XLogRecGetData(record)), &parsed);
+        ParseAbortRecord(record.info, reinterpret_cast<xl_xact_abort*>(const_cast<char*>(record.main_data)), &parsed);
         drop_relations(xact_dropped_rels(parsed), parsed.nrels, lsn, sink);
         return true;
     }
@@ -285,9 +285,9 @@ static_assert(offsetof(xl_dbase_create_file_copy_rec, db_id) == offsetof(xl_dbas
                       offsetof(xl_dbase_create_wal_log_rec, tablespace_id),
               "xl_dbase_create_wal_log_rec is a prefix of xl_dbase_create_file_copy_rec");
 
-bool apply_dbase(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const char** why)
+bool apply_dbase(const WalRecordView& record, Lsn lsn, WalChangeSink& sink, const char** why)
 {
-    const uint8 info = XLogRecGetInfo(record) & XLR_RMGR_INFO_MASK;
+    const uint8 info = record.info & XLR_RMGR_INFO_MASK;
     if (info == XLOG_DBASE_CREATE_FILE_COPY || info == XLOG_DBASE_CREATE_WAL_LOG) {
         xl_dbase_create_wal_log_rec created;
         if (!main_data(record, &created))
@@ -297,19 +297,19 @@ bool apply_dbase(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const ch
         return true;
     }
     if (info == XLOG_DBASE_DROP) {
-        const uint32 length = XLogRecGetDataLen(record);
+        const uint32 length = record.main_data_len;
         xl_dbase_drop_rec head;
         if (length < MinSizeOfDbaseDropRec) {
             *why = malformed(record);
             return true;
         }
-        memcpy(&head, XLogRecGetData(record), MinSizeOfDbaseDropRec);
+        memcpy(&head, record.main_data, MinSizeOfDbaseDropRec);
         if (head.ntablespaces < 0 ||
             length < MinSizeOfDbaseDropRec + static_cast<uint64>(head.ntablespaces) * sizeof(Oid)) {
             *why = malformed(record);
             return true;
         }
-        const char* ids = XLogRecGetData(record) + MinSizeOfDbaseDropRec;
+        const char* ids = record.main_data + MinSizeOfDbaseDropRec;
         for (int i = 0; i < head.ntablespaces; ++i) {
             Oid spc;
             memcpy(&spc, ids + i * sizeof(Oid), sizeof(Oid));
@@ -320,9 +320,9 @@ bool apply_dbase(XLogReaderState* record, Lsn lsn, WalChangeSink& sink, const ch
     return false;
 }
 
-bool apply_xlog(XLogReaderState* record, const char** why)
+bool apply_xlog(const WalRecordView& record, const char** why)
 {
-    const uint8 info = XLogRecGetInfo(record) & XLR_RMGR_INFO_MASK;
+    const uint8 info = record.info & XLR_RMGR_INFO_MASK;
     if (info != XLOG_PARAMETER_CHANGE)
         return false;
     xl_parameter_change xlrec;
@@ -331,7 +331,7 @@ bool apply_xlog(XLogReaderState* record, const char** why)
     else if (xlrec.wal_level < WAL_LEVEL_REPLICA)
         *why = reason("the server ran with wal_level = minimal (parameter change at %X/%X), which writes new "
                       "relations without WAL",
-                      PTRACK_LSN_ARGS(record->ReadRecPtr));
+                      PTRACK_LSN_ARGS(record.start));
     return true;
 }
 
@@ -354,10 +354,10 @@ const char* reason(const char* format, ...)
     return text;
 }
 
-const char* capture_wal_record(XLogReaderState* record, WalChangeSink& sink)
+const char* capture_wal_record(const WalRecordView& record, WalChangeSink& sink)
 {
-    const Lsn lsn = record->EndRecPtr;
-    const RmgrId rmid = XLogRecGetRmid(record);
+    const Lsn lsn = record.end;
+    const RmgrId rmid = record.rmid;
     mark_block_references(record, lsn, rmid == RM_HEAP_ID || rmid == RM_HEAP2_ID, sink);
 
     const char* why = nullptr;
@@ -371,10 +371,10 @@ const char* capture_wal_record(XLogReaderState* record, WalChangeSink& sink)
     }
     if (why != nullptr)
         return why;
-    if (!known && (XLogRecGetInfo(record) & XLR_SPECIAL_REL_UPDATE)) {
+    if (!known && (record.info & XLR_SPECIAL_REL_UPDATE)) {
         char kind[96];
         return reason("WAL record %s at %X/%X changes relation files in a way ptrack does not know",
-                      record_kind(record, kind, sizeof(kind)), PTRACK_LSN_ARGS(record->ReadRecPtr));
+                      record_kind(record, kind, sizeof(kind)), PTRACK_LSN_ARGS(record.start));
     }
     return nullptr;
 }

@@ -10,9 +10,9 @@
 extern "C" {
 #include "postgres.h"
 
-#include "access/xlogreader.h"
 }
 
+#include "capture/wal_record_view.h"
 #include "core/boundary.h"
 #include "ptrack/relfork.h"
 
@@ -42,11 +42,11 @@ protected:
 };
 
 /*
- * Sends everything `record` (just decoded) changed to `sink`, at LSN
- * record->EndRecPtr.  Returns nullptr, or the reason tracking must restart
- * because the record changed something that cannot be attributed to blocks.
+ * Sends everything `record` changed to `sink`, at LSN record.end.  Returns
+ * nullptr, or the reason tracking must restart because the record changed
+ * something that cannot be attributed to blocks.
  */
-const char* capture_wal_record(XLogReaderState* record, WalChangeSink& sink);
+const char* capture_wal_record(const WalRecordView& record, WalChangeSink& sink);
 
 /*
  * True if no WAL record can end at `lsn` (segments of `segment_bytes`): it

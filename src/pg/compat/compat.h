@@ -167,17 +167,17 @@ inline bool record_block_tag(XLogReaderState* record, uint8 block_id, RelFork* r
 }
 
 /*
- * True if `record` (just decoded) is the marker a checkpoint inserts at its
- * redo LSN, which it then starts at (XLOG_CHECKPOINT_REDO, new in 17);
- * always false on 15, where the redo LSN is known only from the checkpoint
- * record or GetRedoRecPtr().
+ * True if a record of resource manager `rmid` with info bits `info` is the
+ * marker a checkpoint inserts at its redo LSN, which it then starts at
+ * (XLOG_CHECKPOINT_REDO, new in 17); always false on 15, where the redo LSN
+ * is known only from the checkpoint record or GetRedoRecPtr().
  */
-inline bool checkpoint_redo_record(XLogReaderState* record)
+inline bool checkpoint_redo_record(RmgrId rmid, uint8 info)
 {
 #if PG_MAJORVERSION_NUM >= 17
-    return XLogRecGetRmid(record) == RM_XLOG_ID && (XLogRecGetInfo(record) & ~XLR_INFO_MASK) == XLOG_CHECKPOINT_REDO;
+    return rmid == RM_XLOG_ID && (info & ~XLR_INFO_MASK) == XLOG_CHECKPOINT_REDO;
 #else
-    (void) record;
+    (void) rmid, (void) info;
     return false;
 #endif
 }

@@ -61,6 +61,14 @@ int wal_wait_timeout_ms = 60000;
 constexpr int kMinSummaryMemoryMb = static_cast<int>(ChangeSet::kMinBudget >> 20);
 constexpr int kMaxSummaryMemoryMb = sizeof(size_t) >= 8 ? 1024 * 1024 : 1024;
 
+const config_enum_entry wal_reader_options[] = {
+    {"xlogreader", wal_follower::kWalReaderXlogreader, false},
+    {"inplace", wal_follower::kWalReaderInplace, false},
+    {"inplace_mmap", wal_follower::kWalReaderInplaceMmap, false},
+    {"compare", wal_follower::kWalReaderCompare, false},
+    {NULL, 0, false},
+};
+
 }  // namespace
 
 void define_wal_follower_gucs()
@@ -84,6 +92,14 @@ void define_wal_follower_gucs()
                             "Keeps the follower behind the WAL for tests; 0 (the default) in production.",
                             &wal_batch_delay_ms, 0, 0, 60000, PGC_SIGHUP, GUC_UNIT_MS | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
                             NULL, NULL, NULL);
+    DefineCustomEnumVariable("ptrack.wal_reader",
+                             "The WAL follower's reader on a primary, once it follows the WAL (developer option).",
+                             "xlogreader: PostgreSQL's WAL reader; inplace: ptrack's own, which parses records where "
+                             "they lie in the segment files (read with pread; inplace_mmap: mapped); compare: both, with an ERROR at the first record "
+                             "they read differently. Start positions, standbys and other timelines always use "
+                             "xlogreader.",
+                             &wal_follower::wal_reader_mode, wal_follower::kWalReaderXlogreader, wal_reader_options,
+                             PGC_SIGHUP, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
 }
 
 void remove_follower_slot(const char* why)

@@ -23,6 +23,7 @@ extern "C" {
 }
 
 #include "capture/wal/follower.h"
+#include "capture/wal/inplace_reader.h"
 #include "capture/wal_archive.h"
 #include "compat/compat.h"
 
@@ -31,6 +32,7 @@ namespace ptrack::pg::wal_follower {
 Summaries summaries;
 Follower follower;
 int wal_batch_delay_ms = 0;
+int wal_reader_mode = kWalReaderXlogreader;
 
 TimeLineID current_timeline()
 {
@@ -110,9 +112,10 @@ void open_reader()
     follower.reader->system_identifier = GetSystemIdentifier();
 }
 
-/* Frees the reader and its open segment (also after an ERROR). */
+/* Frees the readers and their open segments (also after an ERROR). */
 void close_reader()
 {
+    inplace_close();
     if (follower.reader != NULL && follower.reader->seg.ws_file >= 0)
         close(follower.reader->seg.ws_file);
     follower.reader = NULL;

@@ -170,6 +170,19 @@ extern Follower follower;
 /* ptrack.wal_batch_delay (developer option, ms; its GUC is defined in capture_wal.cpp): a pause after each batch. */
 extern int wal_batch_delay_ms;
 
+/*
+ * ptrack.wal_reader (developer option; its GUC is defined in capture_wal.cpp):
+ * the reader of the follower's steady state (follower_read.cpp).
+ */
+enum WalReaderMode : int {
+    kWalReaderXlogreader, /* xlogreader everywhere */
+    kWalReaderInplace,    /* the in-place reader (inplace_reader.h) in the steady state, with pread */
+    kWalReaderInplaceMmap, /* the same, the segment files mapped (for measuring: SIGBUS if a page cannot be read) */
+    kWalReaderCompare     /* the in-place reader (pread) and xlogreader, every record compared: an ERROR at the
+                             first difference */
+};
+extern int wal_reader_mode;
+
 /* --- follower.cpp ------------------------------------------------------------- */
 
 /* Publishes `lsn` in a FollowerProgress field (shared_state.h) for backends. */
@@ -235,7 +248,7 @@ bool record_walk_growth(const RelFork& rel, BlockNumber first, Lsn lsn);
 bool retry_held_step();
 void summaries_start_fresh(Lsn start);
 bool summaries_continue_scan(Lsn claim, Lsn reads_from);
-void guard_scan_chain(XLogReaderState* reader);
+void guard_scan_chain(Lsn end, TimeLineID tli);
 void summaries_resume(Lsn start, Lsn covered);
 void summaries_after_restart(Lsn lsn);
 void restart_summaries_after_overflow();

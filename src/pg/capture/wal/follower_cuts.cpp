@@ -88,7 +88,9 @@ void readd_by_database()
     summaries.set->clear();
     summaries.refused = false;
     summaries.cut_soon = false;
-    (void) capture_wal_record(follower.reader, database_only_sink);
+    WalRecordView view;
+    view_of_reader(follower.reader, &view);
+    (void) capture_wal_record(view, database_only_sink);
     for (uint32_t i = 0; i < summaries.gap_count; ++i)
         note_add(summaries.set->add_database(summaries.gaps[i].rel.spc_oid, summaries.gaps[i].rel.db_oid));
     if (!summaries.refused)
@@ -183,7 +185,9 @@ bool perform_cut()
     empty_set_from(end);
     if (readd) {
         /* The record ending at `end` belongs to the new summary (the map has it: the set only). */
-        (void) capture_wal_record(follower.reader, set_only_sink);
+        WalRecordView view;
+        view_of_reader(follower.reader, &view);
+        (void) capture_wal_record(view, set_only_sink);
         for (uint32_t i = 0; i < summaries.gap_count; ++i)
             add_block_range(summaries.gaps[i].rel, summaries.gaps[i].from, summaries.gaps[i].to);
         if (summaries.refused)

@@ -8,6 +8,15 @@
  * read of a start position finds the first record there, and, for a
  * catch-up from a base backup's redo LSN, the record ending exactly at it.
  *
+ * Two readers feed the same loop body (apply_record()) with the same
+ * record view (wal_record_view.h).  In the steady state of a primary (its
+ * insert timeline, follower.next the end of a record applied) the in-place
+ * reader (inplace_reader.h) reads the segment files below the flush
+ * position, unless ptrack.wal_reader = xlogreader; everything else, and any
+ * record the in-place reader does not handle, goes through xlogreader,
+ * from that record on.  ptrack.wal_reader = compare reads every record of
+ * the steady state with both and raises an ERROR at the first difference.
+ *
  * An ERROR here means WAL could not be read: the main loop
  * (follower_main.cpp) restarts tracking where its slot keeps the WAL.
  */
@@ -15,6 +24,7 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/rmgr.h"
+#include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "access/xlogreader.h"
 #include "catalog/pg_control.h"
@@ -25,6 +35,7 @@ extern "C" {
 #include "capture/file_growth.h"
 #include "capture/wal/follower.h"
 #include "capture/wal/growth_watch.h"
+#include "capture/wal/inplace_reader.h"
 #include "capture/wal_records.h"
 #include "compat/compat.h"
 
@@ -86,11 +97,11 @@ public:
 };
 FollowerSink follower_sink;
 
-bool is_checkpoint_record(XLogReaderState* reader)
+bool is_checkpoint_record(const WalRecordView& record)
 {
-    if (XLogRecGetRmid(reader) != RM_XLOG_ID)
+    if (record.rmid != RM_XLOG_ID)
         return false;
-    const uint8 info = XLogRecGetInfo(reader) & ~XLR_INFO_MASK;
+    const uint8 info = record.info & ~XLR_INFO_MASK;
     return info == XLOG_CHECKPOINT_ONLINE || info == XLOG_CHECKPOINT_SHUTDOWN || info == XLOG_END_OF_RECOVERY;
 }
 
@@ -136,6 +147,135 @@ Lsn start_with_previous_record(XLogReaderState* reader, Lsn first)
     return reader->EndRecPtr <= first ? previous : first;
 }
 
+/* The record being applied: one view, filled by either reader (no C++ object with a destructor in the loop). */
+WalRecordView record_view;
+/* In compare mode: xlogreader's view of the same record. */
+WalRecordView compared_view;
+
+/*
+ * Applies `record`, read from a segment file of timeline `tli`: its changes
+ * go to the set, and the follower moves past it.  False if it is not
+ * applied because a cut must be written first (the record is read again
+ * after it).
+ */
+bool apply_record(const WalRecordView& record, TimeLineID tli)
+{
+    /* A checkpoint's redo LSN reached: the summary ends there, before this record if it ends at or after it. */
+    if (checkpoint_redo_record(record.rmid, record.info) && note_redo(record.start))
+        return false;
+    if (cut_before_record(record.end))
+        return false;
+    summaries.refused = false;
+    summaries.cut_soon = false;
+    summaries.gap_count = 0;
+    if (summaries.scan_tli != 0)
+        guard_scan_chain(record.end, tli);
+    if (const char* reason = capture_wal_record(record, follower_sink)) {
+        restart_tracking_at(record.end, reason);
+        summaries_after_restart(record.end);
+    }
+    if (is_checkpoint_record(record))
+        follower.save_due = true;
+    follower.next = record.end;
+    follower.next_is_record_end = true;
+    summaries.last_start = record.start;
+    summaries.last_end = record.end;
+    publish(&shared->follower.applied_lsn, follower.next);
+    cut_after_record();
+    return true;
+}
+
+/*
+ * The follower's steady state, where the in-place reader serves
+ * (inplace_reader.h): a primary, its insert timeline, follower.next the end
+ * of the record that begins at summaries.last_start.  Everything else (a
+ * standby, recovery, a historical timeline, a start position, the record
+ * before one) is xlogreader's.  *limit: the WAL flushed, *tli: the timeline.
+ */
+bool inplace_serves(Lsn* limit, TimeLineID* tli)
+{
+    if (wal_reader_mode == kWalReaderXlogreader || RecoveryInProgress())
+        return false;
+    if (!follower.next_is_record_end || follower.read_record_ending_at_next || summaries.scan_tli != 0 ||
+        summaries.last_start == InvalidXLogRecPtr || summaries.last_end != follower.next)
+        return false;
+    *limit = GetFlushRecPtr(tli);
+    return true;
+}
+
+/*
+ * ptrack.wal_reader = compare: xlogreader reads the record the in-place
+ * reader just read (it stands at the record before), and the two views must
+ * be equal; an ERROR names the record and the first difference.
+ */
+void compare_with_xlogreader(const WalRecordView& record)
+{
+    char* errormsg = NULL;
+    if (XLogReadRecord(follower.reader, &errormsg) == NULL)
+        ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                        errmsg("ptrack's WAL readers differ at %X/%X: xlogreader could not read the record the "
+                               "in-place reader read: %s",
+                               PTRACK_LSN_ARGS(record.start),
+                               errormsg != NULL ? errormsg
+                                                : (follower.page->end_of_wal ? "end of WAL" : "no reason given"))));
+    view_of_reader(follower.reader, &compared_view);
+    char difference[256];
+    if (describe_view_difference(record, compared_view, difference, sizeof(difference)))
+        ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                        errmsg("ptrack's WAL readers differ at %X/%X: in-place %s (xlogreader second)",
+                               PTRACK_LSN_ARGS(record.start), difference)));
+}
+
+/*
+ * Applies up to `budget` records with the in-place reader, from
+ * follower.next below `limit` on timeline `tli`; returns how many.  Stops
+ * at the end of the WAL flushed (follower.at_end), before a cut, or at a
+ * record the reader does not handle (*fall_back: xlogreader reads on from
+ * follower.next, that record).
+ */
+int apply_in_place(int budget, Lsn limit, TimeLineID tli, bool* fall_back)
+{
+    const bool compare = wal_reader_mode == kWalReaderCompare;
+    inplace_begin(follower.next, summaries.last_start, tli, GetSystemIdentifier(), static_cast<uint32>(wal_segment_size),
+                  wal_reader_mode == kWalReaderInplaceMmap);
+    if (compare) {
+        follower.page->end_of_wal = false;
+        XLogBeginRead(follower.reader, follower.next);
+    }
+    int applied = 0;
+    while (applied < budget && summaries.cut.at == 0 && !summaries_held()) {
+        const InplaceRead read = inplace_read(limit, &record_view);
+        if (read == InplaceRead::kEnd) {
+            /* More may have been flushed while this batch ran: read on before sleeping. */
+            const Lsn flushed = GetFlushRecPtr(NULL);
+            if (flushed > limit) {
+                limit = flushed;
+                continue;
+            }
+            publish_caught_up(tli);
+            follower.at_end = true;
+            break;
+        }
+        if (read == InplaceRead::kNotHandled) {
+            ereport(compare ? LOG : DEBUG1,
+                    (errmsg("ptrack reads the WAL record at %X/%X with xlogreader: the in-place reader does not "
+                            "handle it (%s)",
+                            PTRACK_LSN_ARGS(inplace_stop_lsn()), inplace_why())));
+            *fall_back = true;
+            break;
+        }
+        if (compare)
+            compare_with_xlogreader(record_view);
+        if (!apply_record(record_view, tli))
+            break;
+        ++applied;
+    }
+    if (compare && applied > 0)
+        ereport(LOG, (errmsg("ptrack read %d WAL records in place, equal to xlogreader's, up to %X/%X", applied,
+                             PTRACK_LSN_ARGS(follower.next))));
+    return applied;
+}
+
 }  // namespace
 
 /*
@@ -149,6 +289,16 @@ int apply_available(int budget)
     XLogReaderState* reader = follower.reader;
     follower.page->end_of_wal = false;
     follower.at_end = false;
+    int applied = 0;
+    Lsn limit = InvalidXLogRecPtr;
+    TimeLineID tli = 0;
+    if (inplace_serves(&limit, &tli)) {
+        bool fall_back = false;
+        applied = apply_in_place(budget, limit, tli, &fall_back);
+        if (!fall_back)
+            return applied;
+        follower.page->end_of_wal = false;
+    }
     /* A start position (a redo LSN, a saved covered LSN) is looked up once; after that, reading goes on. */
     Lsn first = follower.next;
     if (!follower.next_is_record_end) {
@@ -178,7 +328,6 @@ int apply_available(int budget)
         }
     }
     XLogBeginRead(reader, first);
-    int applied = 0;
     while (applied < budget && summaries.cut.at == 0 && !summaries_held()) {
         char* errormsg = NULL;
         if (XLogReadRecord(reader, &errormsg) == NULL) {
@@ -191,29 +340,10 @@ int apply_available(int budget)
                             errmsg("ptrack could not read the WAL at %X/%X: %s", PTRACK_LSN_ARGS(reader->EndRecPtr),
                                    errormsg != NULL ? errormsg : "no reason given")));
         }
-        /* A checkpoint's redo LSN reached: the summary ends there, before this record if it ends at or after it. */
-        if (checkpoint_redo_record(reader) && note_redo(reader->ReadRecPtr))
+        view_of_reader(reader, &record_view);
+        if (!apply_record(record_view, reader->seg.ws_tli))
             break;
-        if (cut_before_record(reader->EndRecPtr))
-            break;
-        summaries.refused = false;
-        summaries.cut_soon = false;
-        summaries.gap_count = 0;
-        if (summaries.scan_tli != 0)
-            guard_scan_chain(reader);
-        if (const char* reason = capture_wal_record(reader, follower_sink)) {
-            restart_tracking_at(reader->EndRecPtr, reason);
-            summaries_after_restart(reader->EndRecPtr);
-        }
-        if (is_checkpoint_record(reader))
-            follower.save_due = true;
-        follower.next = reader->EndRecPtr;
-        follower.next_is_record_end = true;
-        summaries.last_start = reader->ReadRecPtr;
-        summaries.last_end = reader->EndRecPtr;
-        publish(&shared->follower.applied_lsn, follower.next);
         ++applied;
-        cut_after_record();
     }
     return applied;
 }

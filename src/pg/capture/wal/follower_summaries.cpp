@@ -275,7 +275,8 @@ void summaries_after_restart(Lsn lsn)
 }
 
 /*
- * Before `reader`'s record is applied, while the follower reads again part
+ * Before the record ending at `end`, read from a segment file of timeline
+ * `tli`, is applied, while the follower reads again part
  * of the WAL the postmaster summarized before recovery (records ending
  * before set_start are in those summaries, not in the set).  That holds only
  * while it reads the same history: a record from another timeline's WAL
@@ -288,17 +289,17 @@ void summaries_after_restart(Lsn lsn)
  * switch is read from the new timeline's file, so this may come a few
  * records early, which costs the same.
  */
-void guard_scan_chain(XLogReaderState* reader)
+void guard_scan_chain(Lsn end, TimeLineID tli)
 {
-    if (reader->EndRecPtr >= summaries.set_start) {
+    if (end >= summaries.set_start) {
         summaries.scan_tli = 0; /* past the summarized WAL: the set records everything now */
         return;
     }
-    if (reader->seg.ws_tli == summaries.scan_tli)
+    if (tli == summaries.scan_tli)
         return;
     ereport(WARNING, (errmsg("ptrack's change summaries of the WAL read before recovery do not hold timeline %u after "
                              "%X/%X",
-                             reader->seg.ws_tli, PTRACK_LSN_ARGS(follower.next)),
+                             tli, PTRACK_LSN_ARGS(follower.next)),
                       errdetail("Recovery ended on a new timeline before the end of the WAL that pg_wal held; the "
                                 "summaries start again at %X/%X.",
                                 PTRACK_LSN_ARGS(follower.next + 1)),
