@@ -11,7 +11,9 @@
 # What happens, all of it drawn from one generator seeded by --seed
 # (PtrackSoak::Rng; each client derives its own stream):
 #   - a primary (and with --standby a streaming standby) with ptrack, random
-#     settings (data checksums, checkpoint_timeout, the hooks' map size), two
+#     settings (data checksums, checkpoint_timeout, the hooks' map size, the
+#     follower's WAL reader: ptrack.wal_reader = compare fails the soak at
+#     the first record its two readers read differently), two
 #     tablespaces (one on a tiny file system when scripts/soak.sh could
 #     mount one), a database for the clients and a template with tables;
 #   - --clients processes running the weighted operation mix of
@@ -169,6 +171,13 @@ sub main
 	my $checksums = $rng->chance(0.5) ? 1 : 0;
 	my $checkpoint_timeout = $rng->pick('30s', '60s', '150s');
 	my $map_size = $capture eq 'hooks' ? $rng->pick('1MB', '8MB', '64MB') : '64MB';
+	# The follower's reader (a developer option): compare reads every record
+	# of the steady state with both readers, and an ERROR at the first
+	# difference fails the soak (check_reader_log()).  Its own stream, so
+	# that a seed draws the same sequence of everything else as before.
+	my $wal_reader = $capture eq 'wal'
+	  ? PtrackSoak::Rng->new($opt{seed}, 'wal_reader')->pick('xlogreader', 'compare', 'compare', 'inplace')
+	  : undef;
 	say_tty("soak: PostgreSQL $version (" . `pg_config --version` =~ s/\n//r . ", $bindir"
 		  . ($stock ? ', postgres-nohooks' : '') . "), $capture capture, seed $opt{seed}, "
 		  . "$opt{minutes} minutes, $opt{clients} clients"
@@ -177,6 +186,7 @@ sub main
 	say_tty("soak: data checksums " . ($checksums ? 'on' : 'off')
 		  . ", checkpoint_timeout $checkpoint_timeout"
 		  . ($capture eq 'hooks' ? ", ptrack.map_size $map_size" : '')
+		  . ($wal_reader ? ", ptrack.wal_reader $wal_reader" : '')
 		  . "; events: $run/events.log");
 
 	my $conf = $capture_conf
@@ -193,6 +203,7 @@ sub main
 	  . "log_statement = none\n"
 	  . "log_line_prefix = '%m [%p] %b '\n";
 	$conf .= "wal_log_hints = on\n" if $opt{standby} && !$checksums;
+	$conf .= "ptrack.wal_reader = $wal_reader\n" if $wal_reader;
 
 	PtrackSoak::Node::configure(note => \&event,
 		reserve => $opt{'tiny-dir'} ? "$opt{'tiny-dir'}/reserve" : undef,
@@ -399,6 +410,7 @@ sub take_backup
 	}
 	$count{backups}++;
 	$count{ lc $mode }++;
+	check_reader_log($_) for grep { defined } $cluster->{primary}, $cluster->{standby};
 	$log_offset{ $_->name } = log_position($_) for grep { defined } $cluster->{primary}, $cluster->{standby};
 	$count{under_load}++ unless $o{quiesce};
 	pause_clients_or_die() if !$o{quiesce} && !$o{stopped};
@@ -535,6 +547,20 @@ sub prune_chains
 		$log->line('driver', "deleted the chain of $old->{full}{id}" . ($rc ? " (failed: $out)" : ''));
 	}
 	return;
+}
+
+# With ptrack.wal_reader = compare, the follower raises an ERROR where its
+# two WAL readers read a record differently: a failure of the soak, with
+# the server's words.
+sub check_reader_log
+{
+	my ($node) = @_;
+	my $from = $log_offset{ $node->name } // 0;
+	$from = 0 if $from > log_position($node);
+	my @differ = grep { /WAL readers differ/ } split /\n/, log_since($node, $from);
+	fail("the follower's WAL readers read a record differently on " . $node->name . ' (see ' . $node->logfile . ')',
+		@differ)
+	  if @differ;
 }
 
 sub fail
