@@ -38,7 +38,12 @@
 #   7. an ERROR interrupts a full walk (a tablespace made unreadable) after
 #      it collected a file's growth: once the walk works, the growth is
 #      listed (the sizes the failed walk raised went back);
-#   8. a tablespace created inside another tablespace's database directory
+#   8. ptrack.wal_file_watch_min_files (the suite's wal mode sets it to 0,
+#      t/capture_wal.conf): above the cluster's number of relation files, no
+#      watch and every call walks every file (and lists the growth); at 0
+#      again, watched; once on, the watch stays while the files are at least
+#      half the threshold, and goes below that;
+#   9. a tablespace created inside another tablespace's database directory
 #      (one directory, two paths, one inotify watch): the growth there is
 #      listed, and calls walk every file, saying why.
 use strict;
@@ -423,7 +428,50 @@ $node->poll_query_until('postgres',
   or diag(walks()->{text});
 
 # ---------------------------------------------------------------------------
-# 8. One directory reached by two paths
+# 8. ptrack.wal_file_watch_min_files
+# ---------------------------------------------------------------------------
+
+# Sets the threshold; once the follower has reloaded (a second), a call's
+# walk (init_lsn()) must leave the watch $state ('on' or 'off').
+sub set_min_files
+{
+	my ($value, $state) = @_;
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM SET ptrack.wal_file_watch_min_files = $value; SELECT pg_reload_conf()");
+	sleep 1;
+	init_lsn($node);
+	my $pattern = $state eq 'on' ? 'file watch: on' : 'file watch: off (fewer relation files';
+	$node->poll_query_until('postgres',
+		"SELECT ptrack_init_lsn() IS NOT NULL AND query LIKE '%$pattern%' FROM pg_stat_activity "
+		  . "WHERE backend_type = 'ptrack WAL follower'")
+	  or diag("min_files $value: " . walks()->{text});
+	like(walks()->{text}, qr/\Q$pattern\E/, "min_files $value: the watch is $state");
+}
+
+# The relation segment files a full walk counts (base/, global/, the tablespaces).
+my $files = () = grep { m{/\d+(?:_(?:fsm|vm|init))?(?:\.\d+)?$} }
+  glob("$pgdata/global/* $pgdata/base/*/* $pgdata/pg_tblspc/*/*/*/*");
+note "about $files relation files";
+set_min_files($files * 10, 'off');
+my $few = make_table('postgres', 'few_files', 50);
+($L, $baseline, $before) = start_at_checkpoint();
+grow($few, 4, 'truncate');
+no_misses_ok($node, $L, 'few files: every block added since L is listed', baseline => $baseline);
+$after = walks();
+cmp_ok($after->{full}, '>', $before->{full}, 'few files: the call walked every file') or diag($after->{text});
+is($after->{watched}, $before->{watched}, 'few files: no watched walk') or diag($after->{text});
+set_min_files(0, 'on');
+init_lsn($node);    # the full walk that arms the watch
+($L, $baseline, $before) = start_at_checkpoint();
+grow($few, 4, 'write');
+listed_by_watch_ok('threshold 0 again', $L, $baseline, $before, grown => 4, grown_files => [$few]);
+# Hysteresis: on, the watch stays while the files are at least half the threshold.
+set_min_files(int($files * 1.5), 'on');
+set_min_files($files * 3, 'off');
+set_min_files(0, 'on');
+
+# ---------------------------------------------------------------------------
+# 9. One directory reached by two paths
 # ---------------------------------------------------------------------------
 
 # A tablespace created in another tablespace's (empty) database directory:

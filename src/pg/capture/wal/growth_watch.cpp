@@ -43,6 +43,8 @@ namespace {
 
 /* ptrack.wal_file_watch (developer option): off makes every walk full. */
 bool watch_enabled = true;
+/* ptrack.wal_file_watch_min_files: below it (below half of it once on) there is no watch (growth_watch.h). */
+int watch_min_files = 10000;
 
 /*
  * What every watch reports, a relation directory's and a parent's (where new
@@ -96,6 +98,7 @@ enum class State : uint8_t {
     kNotSetUp,   /* not yet, or turned off and on again: set up at the next full walk */
     kOn,         /* the descriptor is open */
     kOff,        /* ptrack.wal_file_watch = off */
+    kFewFiles,   /* fewer relation files than ptrack.wal_file_watch_min_files: set up when there are more */
     kUnavailable /* inotify_init1() failed: retried at each full walk */
 };
 
@@ -149,6 +152,7 @@ void report_status()
     char text[256];
     const char* state = watch.state == State::kOn            ? "on"
                         : watch.state == State::kOff         ? "off (ptrack.wal_file_watch)"
+                        : watch.state == State::kFewFiles    ? "off (fewer relation files than ptrack.wal_file_watch_min_files)"
                         : watch.state == State::kUnavailable ? "unavailable (inotify could not be set up)"
                                                              : "not set up yet";
     const long dirs = watch.state == State::kOn ? hash_get_num_entries(watch.dirs) : 0;
@@ -180,6 +184,15 @@ bool set_up()
         if (watch.state != State::kOff) {
             close_watch(State::kOff);
             watch.last_full_reason = "the watch is off";
+        }
+        return false;
+    }
+    /* Hysteresis: a count around the threshold does not set the watch up and close it again at each walk. */
+    const uint32_t min_files = static_cast<uint32_t>(watch_min_files);
+    if (growth_known_files() < (watch.state == State::kOn ? min_files / 2 : min_files)) {
+        if (watch.state != State::kFewFiles) {
+            close_watch(State::kFewFiles);
+            watch.last_full_reason = "few relation files";
         }
         return false;
     }
@@ -548,6 +561,14 @@ void define_growth_watch_guc()
                              "(Linux inotify). Off: every call walks every relation file, and relation writes "
                              "queue no events; for tests and benchmarks.",
                              &watch_enabled, true, PGC_SIGHUP, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
+    DefineCustomIntVariable("ptrack.wal_file_watch_min_files",
+                            "The number of relation files from which ptrack's WAL follower watches the relation "
+                            "directories.",
+                            "With fewer, a call walks every relation file (3-4 microseconds each) and relation "
+                            "writes queue no events; once on, the watch stays until the files fall below half "
+                            "of this.",
+                            &watch_min_files, 10000, 0, INT_MAX, PGC_SIGHUP, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL,
+                            NULL);
 }
 
 }  // namespace ptrack::pg

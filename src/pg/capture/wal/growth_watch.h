@@ -80,6 +80,15 @@
  * walk is full (LOGged once).  Saves keep making full
  * walks: the periodic background walk that bounds anything else.
  *
+ * Only where it pays.  The watch costs every write of a relation file a
+ * kernel event, paid by the writer, and the follower a read of each (the
+ * queue reads are several percent of its CPU under an update-heavy load,
+ * bench/RESULTS.md); what it saves is the stat() of every relation file at
+ * a call, 3-4 us each.  So it is set up only once the size table knows
+ * ptrack.wal_file_watch_min_files relation files (10,000 by default: a
+ * full walk of fewer takes under 40 ms), and closed when they fall below
+ * half of that; meanwhile every walk is full.
+ *
  * Interface routines (the WAL follower only; C-style frames, may ERROR):
  *   watch_create()            at the follower's start (nothing is watched yet)
  *   watch_drain()             each loop iteration: reads the queued events
@@ -88,7 +97,8 @@
  *   watch_sizes_replaced()    the size table was loaded or reset
  *   watch_note_lowered()      the WAL lowered a relation fork's sizes
  *   watch_note_database()     the WAL replaced a whole database directory
- *   define_growth_watch_guc() ptrack.wal_file_watch (developer option)
+ *   define_growth_watch_guc() ptrack.wal_file_watch (developer option),
+ *                             ptrack.wal_file_watch_min_files (developer option)
  *
  * State lives in the follower's TopMemoryContext (two dynahash tables).
  * The follower reports the watch's state and its walks in its
