@@ -13,7 +13,8 @@
 #   - a primary (and with --standby a streaming standby) with ptrack, random
 #     settings (data checksums, checkpoint_timeout, the hooks' map size, the
 #     follower's WAL reader: ptrack.wal_reader = compare fails the soak at
-#     the first record its two readers read differently), two
+#     the first record its two readers read differently; its file watch on
+#     or off), two
 #     tablespaces (one on a tiny file system when scripts/soak.sh could
 #     mount one), a database for the clients and a template with tables;
 #   - --clients processes running the weighted operation mix of
@@ -178,6 +179,9 @@ sub main
 	my $wal_reader = $capture eq 'wal'
 	  ? PtrackSoak::Rng->new($opt{seed}, 'wal_reader')->pick('xlogreader', 'compare', 'compare', 'inplace')
 	  : undef;
+	# The file watch (growth_watch.h) on whatever the cluster's size, or only
+	# from its default number of relation files (more than the soak makes).
+	my $watch_min_files = $capture eq 'wal' ? PtrackSoak::Rng->new($opt{seed}, 'file_watch')->pick(0, 10000) : undef;
 	say_tty("soak: PostgreSQL $version (" . `pg_config --version` =~ s/\n//r . ", $bindir"
 		  . ($stock ? ', postgres-nohooks' : '') . "), $capture capture, seed $opt{seed}, "
 		  . "$opt{minutes} minutes, $opt{clients} clients"
@@ -187,6 +191,7 @@ sub main
 		  . ", checkpoint_timeout $checkpoint_timeout"
 		  . ($capture eq 'hooks' ? ", ptrack.map_size $map_size" : '')
 		  . ($wal_reader ? ", ptrack.wal_reader $wal_reader" : '')
+		  . (defined $watch_min_files ? ", ptrack.wal_file_watch_min_files $watch_min_files" : '')
 		  . "; events: $run/events.log");
 
 	my $conf = $capture_conf
@@ -204,6 +209,7 @@ sub main
 	  . "log_line_prefix = '%m [%p] %b '\n";
 	$conf .= "wal_log_hints = on\n" if $opt{standby} && !$checksums;
 	$conf .= "ptrack.wal_reader = $wal_reader\n" if $wal_reader;
+	$conf .= "ptrack.wal_file_watch_min_files = $watch_min_files\n" if defined $watch_min_files;
 
 	PtrackSoak::Node::configure(note => \&event,
 		reserve => $opt{'tiny-dir'} ? "$opt{'tiny-dir'}/reserve" : undef,
