@@ -30,6 +30,10 @@
 # and then, without reaching the end, finds its next page evicted (the
 # follower descheduled while the writers lap the buffers), which a test
 # cannot time.
+#
+# The page reader serves xlogreader; on a primary the follower's steady state
+# reads in place by default (ptrack.wal_reader = inplace_mmap, which reads
+# the segment files only), so the test runs it with xlogreader.
 
 use strict;
 use warnings;
@@ -50,7 +54,8 @@ plan skip_all => 'the page reader is the WAL follower\'s (wal capture only)'
 
 my $node = ptrack_node('wal_buffer_reads',
 	extra => [ '--wal-segsize=1' ],
-	conf => "wal_buffers = 512kB\nautovacuum = off\ncheckpoint_timeout = 1h\nmax_wal_size = 1GB\n");
+	conf => "ptrack.wal_reader = xlogreader\nwal_buffers = 512kB\nautovacuum = off\ncheckpoint_timeout = 1h\n"
+	  . "max_wal_size = 1GB\n");
 $node->start;
 my $offset = log_position($node);
 $node->safe_psql('postgres', 'CREATE EXTENSION ptrack');

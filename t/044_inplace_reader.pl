@@ -26,6 +26,14 @@
 # Phase 2, ptrack.wal_reader = inplace (a reload), and phase 3, inplace_mmap
 # (the segment files mapped): the same workload, the same assertions
 # without the comparison.
+# Phase 4, inplace_mmap: the segment file the follower has mapped is cut to
+# nothing while it is stopped (SIGSTOP), with WAL in it still to read; its
+# next read faults in the mapping (SIGBUS).  The reader catches that: the
+# record is not handled (LOG), xlogreader reads on (from the WAL buffers,
+# or fails to read the file and tracking restarts), and the server goes
+# on: no crash restart, a session opened before still works, and after a
+# checkpoint the follower answers again.  Without the catch the follower dies by SIGBUS and the
+# postmaster restarts every backend.
 
 use strict;
 use warnings;
@@ -36,8 +44,9 @@ use lib "$FindBin::RealBin/lib";
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
-use PtrackCluster qw(capture_mode ptrack_node init_lsn log_position log_since);
+use PtrackCluster qw(capture_mode ptrack_node init_lsn log_position log_since follower_pid);
 use PtrackOracle qw(block_counts no_misses_ok);
 
 plan skip_all => 'the in-place reader is the WAL follower\'s (wal capture only)'
@@ -137,6 +146,18 @@ UPDATE moved_$tag SET pad = (SELECT string_agg(md5(i::text), '') FROM generate_s
 	return;
 }
 
+# Until the server log since $offset matches $re (the test's timeout).
+sub wait_for_log
+{
+	my ($re, $from) = @_;
+	for (1 .. 10 * $PostgreSQL::Test::Utils::timeout_default)
+	{
+		return 1 if log_since($node, $from // 0) =~ $re;
+		usleep(100_000);
+	}
+	return 0;
+}
+
 # One phase: the workload under the current ptrack.wal_reader, then the checks.
 sub phase
 {
@@ -184,6 +205,33 @@ phase('inplace');
 $node->append_conf('postgresql.conf', "ptrack.wal_reader = inplace_mmap\n");
 $node->reload;
 phase('inplace_mmap');
+
+my $offset = log_position($node);
+my $started = $node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
+my $session = $node->background_psql('postgres');
+$node->safe_psql('postgres', 'CREATE TABLE cut (id int); INSERT INTO cut SELECT generate_series(1, 100)');
+init_lsn($node);    # the follower has read that WAL through its mapping of the current segment
+my $segment = $node->safe_psql('postgres', 'SELECT pg_walfile_name(pg_current_wal_insert_lsn())');
+my $follower = follower_pid($node);
+kill 'STOP', $follower;
+$node->safe_psql('postgres', 'INSERT INTO cut SELECT generate_series(1, 100)');    # WAL it has not read, in $segment
+$node->safe_psql('postgres', 'SELECT pg_switch_wal()');    # nothing more is written to $segment
+truncate($node->data_dir . "/pg_wal/$segment", 0) or die "truncate $segment: $!";
+kill 'CONT', $follower;
+ok( $node->poll_query_until(
+		'postgres', "SELECT true FROM pg_stat_activity WHERE backend_type = 'ptrack WAL follower'",
+		't')
+	  && wait_for_log(qr/does not handle it \(a page of its mapped segment file could not be read \(SIGBUS\)\)/, $offset),
+	"cut segment: the follower caught the SIGBUS of its mapping of $segment and said so");
+my $cut_log = log_since($node, $offset);
+unlike($cut_log, qr/terminated by signal/, 'cut segment: no process was killed by a signal');
+is($node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()'), $started, 'cut segment: no crash restart');
+is($session->query_safe('SELECT 42'), '42', 'cut segment: a session opened before still works');
+$session->quit;
+# Its restarts read from the slot's position, the last redo LSN, before the cut segment (backing
+# off, never spinning) until a checkpoint moves that past it.
+$node->safe_psql('postgres', 'CHECKPOINT');
+ok(defined eval { init_lsn($node) }, 'cut segment: after a checkpoint the follower answers again') or diag($@);
 
 $node->stop;
 done_testing();

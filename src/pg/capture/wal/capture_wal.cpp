@@ -94,11 +94,11 @@ void define_wal_follower_gucs()
                             NULL, NULL, NULL);
     DefineCustomEnumVariable("ptrack.wal_reader",
                              "The WAL follower's reader on a primary, once it follows the WAL (developer option).",
-                             "xlogreader: PostgreSQL's WAL reader; inplace: ptrack's own, which parses records where "
-                             "they lie in the segment files (read with pread; inplace_mmap: mapped); compare: both, with an ERROR at the first record "
-                             "they read differently. Start positions, standbys and other timelines always use "
-                             "xlogreader.",
-                             &wal_follower::wal_reader_mode, wal_follower::kWalReaderXlogreader, wal_reader_options,
+                             "inplace_mmap (the default): ptrack's own reader, which parses records where they lie in "
+                             "the segment files, mapped (inplace: read with pread); xlogreader: PostgreSQL's WAL "
+                             "reader; compare: both, with an ERROR at the first record they read differently. Start "
+                             "positions, standbys and other timelines always use xlogreader.",
+                             &wal_follower::wal_reader_mode, wal_follower::kWalReaderInplaceMmap, wal_reader_options,
                              PGC_SIGHUP, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
 }
 

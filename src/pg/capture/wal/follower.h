@@ -177,7 +177,7 @@ extern int wal_batch_delay_ms;
 enum WalReaderMode : int {
     kWalReaderXlogreader, /* xlogreader everywhere */
     kWalReaderInplace,    /* the in-place reader (inplace_reader.h) in the steady state, with pread */
-    kWalReaderInplaceMmap, /* the same, the segment files mapped (for measuring: SIGBUS if a page cannot be read) */
+    kWalReaderInplaceMmap, /* the default: the same, the segment files mapped (a SIGBUS in them is caught) */
     kWalReaderCompare     /* the in-place reader (pread) and xlogreader, every record compared: an ERROR at the
                              first difference */
 };

@@ -85,6 +85,12 @@ volatile sig_atomic_t shutdown_requested = false;
 
 /* Seconds the follower waits after an ERROR before it tries again (grows while errors repeat). */
 int error_backoff_s = 1;
+/*
+ * Where the last read error was: the same WAL unreadable again (a fresh
+ * start reads from the slot's position, before it, until a checkpoint moves
+ * that past it) keeps the back-off growing.
+ */
+Lsn last_read_error_lsn = InvalidXLogRecPtr;
 
 void follower_sigterm(SIGNAL_ARGS)
 {
@@ -264,11 +270,19 @@ void follow()
         if (shutdown_requested)
             exit_follower();
         if (was_reading && follower.started) {
+            const Lsn lost_from = follower.next;
             restart_after_read_error();
-            error_backoff_s = 1;
+            if (lost_from != last_read_error_lsn)
+                error_backoff_s = 1;
+            last_read_error_lsn = lost_from;
         }
-        /* Never spin on a persistent error (1 s, doubling up to 30 s; barriers absorbed while waiting). */
-        for (long i = 0; i < error_backoff_s * 1000L / kIdlePollMs && !shutdown_requested; ++i)
+        /*
+         * Never spin on a persistent error (1 s, doubling up to 30 s; barriers
+         * absorbed while waiting).  By the clock: a backend waiting for the
+         * follower sets its latch, which ends each sleep early.
+         */
+        const TimestampTz resume_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), error_backoff_s * 1000L);
+        while (!shutdown_requested && GetCurrentTimestamp() < resume_at)
             sleep_until_woken();
         error_backoff_s = Min(error_backoff_s * 2, 30);
     }

@@ -257,7 +257,8 @@ int apply_in_place(int budget, Lsn limit, TimeLineID tli, bool* fall_back)
             break;
         }
         if (read == InplaceRead::kNotHandled) {
-            ereport(compare ? LOG : DEBUG1,
+            /* A mapped page that could not be read is worth a LOG: xlogreader's read of it may fail too. */
+            ereport(compare || inplace_faulted() ? LOG : DEBUG1,
                     (errmsg("ptrack reads the WAL record at %X/%X with xlogreader: the in-place reader does not "
                             "handle it (%s)",
                             PTRACK_LSN_ARGS(inplace_stop_lsn()), inplace_why())));

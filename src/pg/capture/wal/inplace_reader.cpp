@@ -32,18 +32,25 @@
  * MAXALIGNed either way, as in xlogreader's decode buffer (xact records are
  * parsed through struct pointers).  The CRC covers every byte once.
  *
- * Or, with use_mmap (ptrack.wal_reader = inplace_mmap, a developer option
- * for measuring), each segment is mapped whole and read where the page cache
- * holds it, without the copy pread makes.  pread is the default because a
- * mapped page that cannot be read (a file truncated under the reader, an I/O
- * error on a page read back from disk) raises SIGBUS, which kills the
- * follower and makes the postmaster restart every backend, where a failed
- * read is only "not handled".
+ * Or, with use_mmap (ptrack.wal_reader = inplace_mmap), each segment is
+ * mapped whole and read where the page cache holds it, without the copy
+ * pread makes.  A mapped page that cannot be read (a file truncated under
+ * the reader, an I/O error on a page read back from disk) raises SIGBUS;
+ * left alone, that would kill the follower and make the postmaster restart
+ * every backend.  So every access to the mapping happens inside
+ * inplace_read(), under a SIGBUS handler of this process that returns there
+ * (siglongjmp) when the fault lies in the mapping, and the record is "not
+ * handled": xlogreader then reads it with read(), whose failure is an ERROR
+ * (tracking restarts), not a crash.  The view never points into the mapping
+ * (its main data is copied), and the frames the jump leaves are this file's
+ * C-style ones.  A fault anywhere else gets the default action.
  */
 extern "C" {
 #include "postgres.h"
 
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -112,6 +119,7 @@ struct Reader {
     /* After kNotHandled. */
     Lsn stop_lsn;
     char why[200];
+    bool faulted; /* ... because a mapped page could not be read (SIGBUS) */
 };
 
 Reader reader = {.fd = -1};
@@ -477,7 +485,9 @@ void take_main_data(Body& body, const unsigned char* p, uint32 from, uint32 n)
     if (lo >= hi)
         return;
     const unsigned char* at = p + (lo - from);
-    if (lo == body.main_from && hi == body.length && reinterpret_cast<uintptr_t>(at) % MAXIMUM_ALIGNOF == 0) {
+    /* Never into a mapping: the view is read after inplace_read() returns, outside its SIGBUS guard. */
+    if (lo == body.main_from && hi == body.length && reinterpret_cast<uintptr_t>(at) % MAXIMUM_ALIGNOF == 0 &&
+        (reader.map == nullptr || p == area.bytes)) {
         body.main_data = reinterpret_cast<const char*>(at);
         return;
     }
@@ -535,29 +545,8 @@ InplaceRead body_piece(Body& body, WalRecordView* view, const unsigned char* p, 
     return InplaceRead::kRecord;
 }
 
-}  // namespace
-
-void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, uint32 segment_bytes, bool use_mmap)
-{
-    if (tli != reader.tli || system_id != reader.system_id || segment_bytes != reader.segment_bytes ||
-        use_mmap != reader.use_mmap) {
-        drop_segment();
-        reader.checked_page = InvalidXLogRecPtr;
-        reader.page_tli = 0;
-    }
-    if (next < reader.checked_page) {
-        reader.checked_page = InvalidXLogRecPtr; /* reading again from further back: the timeline order starts over */
-        reader.page_tli = 0;
-    }
-    reader.pos = next;
-    reader.prev_start = prev_start;
-    reader.tli = tli;
-    reader.system_id = system_id;
-    reader.segment_bytes = segment_bytes;
-    reader.use_mmap = use_mmap;
-}
-
-InplaceRead inplace_read(Lsn limit, WalRecordView* view)
+/* inplace_read() without its SIGBUS guard. */
+InplaceRead read_record(Lsn limit, WalRecordView* view)
 {
     reader.limit = limit;
     InplaceRead status = InplaceRead::kRecord;
@@ -662,6 +651,83 @@ InplaceRead inplace_read(Lsn limit, WalRecordView* view)
     return InplaceRead::kRecord;
 }
 
+
+/*
+ * mmap: where a SIGBUS in the mapping returns to, and whether one may
+ * (inside inplace_read() only).  The previous action is restored for a
+ * fault outside the mapping, which then takes its course.
+ */
+sigjmp_buf bus_return;
+volatile sig_atomic_t bus_guarded = 0;
+bool bus_handler_installed = false;
+struct sigaction bus_previous;
+
+void on_sigbus(int, siginfo_t* info, void*)
+{
+    const auto* address = static_cast<const unsigned char*>(info->si_addr);
+    if (bus_guarded && reader.map != nullptr && address >= reader.map && address < reader.map + reader.segment_bytes)
+        siglongjmp(bus_return, 1);
+    /* Not a page of the mapping: returning makes the access fault again, with the previous action. */
+    sigaction(SIGBUS, &bus_previous, nullptr);
+}
+
+void install_sigbus_handler()
+{
+    if (bus_handler_installed)
+        return;
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_sigaction = on_sigbus;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGBUS, &action, &bus_previous) == 0)
+        bus_handler_installed = true;
+}
+
+}  // namespace
+
+void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, uint32 segment_bytes, bool use_mmap)
+{
+    if (tli != reader.tli || system_id != reader.system_id || segment_bytes != reader.segment_bytes ||
+        use_mmap != reader.use_mmap) {
+        drop_segment();
+        reader.checked_page = InvalidXLogRecPtr;
+        reader.page_tli = 0;
+    }
+    if (next < reader.checked_page) {
+        reader.checked_page = InvalidXLogRecPtr; /* reading again from further back: the timeline order starts over */
+        reader.page_tli = 0;
+    }
+    reader.pos = next;
+    reader.prev_start = prev_start;
+    reader.tli = tli;
+    reader.system_id = system_id;
+    reader.segment_bytes = segment_bytes;
+    reader.use_mmap = use_mmap;
+    if (use_mmap)
+        install_sigbus_handler();
+}
+
+InplaceRead inplace_read(Lsn limit, WalRecordView* view)
+{
+    reader.faulted = false;
+    if (reader.use_mmap && !bus_handler_installed)
+        return not_handled(reader.pos, "no SIGBUS handler could be installed for its mapped segment files");
+    if (!reader.use_mmap)
+        return read_record(limit, view);
+    if (sigsetjmp(bus_return, 1) != 0) {
+        bus_guarded = 0;
+        const Lsn at = reader.pos;
+        drop_segment();
+        reader.faulted = true;
+        return not_handled(at, "a page of its mapped segment file could not be read (SIGBUS)");
+    }
+    bus_guarded = 1;
+    const InplaceRead read = read_record(limit, view);
+    bus_guarded = 0;
+    return read;
+}
+
 const char* inplace_why()
 {
     return reader.why;
@@ -670,6 +736,11 @@ const char* inplace_why()
 Lsn inplace_stop_lsn()
 {
     return reader.stop_lsn;
+}
+
+bool inplace_faulted()
+{
+    return reader.faulted;
 }
 
 void inplace_close()

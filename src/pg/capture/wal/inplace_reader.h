@@ -49,8 +49,8 @@ enum class InplaceRead : uint8_t {
  * Positions the reader at `next`, the end LSN of the record that begins at
  * `prev_start` (xl_prev of the next record must equal it), on timeline
  * `tli` of the cluster `system_id`, segments of `segment_bytes`; the files
- * are read with pread, or mapped if `use_mmap` (inplace_reader.cpp says why
- * pread is the default).  Keeps the open file and what its buffer holds (the
+ * are read with pread, or mapped if `use_mmap` (a SIGBUS in the mapping is
+ * caught: inplace_reader.cpp).  Keeps the open file and what its buffer holds (the
  * WAL below a flush position never changes) unless something else differs.
  */
 void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, uint32 segment_bytes, bool use_mmap);
@@ -62,9 +62,14 @@ void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, u
  */
 InplaceRead inplace_read(Lsn limit, WalRecordView* view);
 
-/* After kNotHandled: the reason (valid until the next call), and the LSN of the record not read. */
+/*
+ * After kNotHandled: the reason (valid until the next call), the LSN of the
+ * record not read, and whether a page of a mapped segment file could not be
+ * read (SIGBUS, caught: inplace_reader.cpp).
+ */
 const char* inplace_why();
 Lsn inplace_stop_lsn();
+bool inplace_faulted();
 
 /* Closes the segment file and frees the buffers (also after an ERROR); inplace_begin() starts again. */
 void inplace_close();
