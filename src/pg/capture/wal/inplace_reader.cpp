@@ -678,7 +678,8 @@ void install_sigbus_handler()
     struct sigaction action;
     memset(&action, 0, sizeof(action));
     action.sa_sigaction = on_sigbus;
-    action.sa_flags = SA_SIGINFO;
+    /* SIGBUS not blocked in the handler: the jump out of it restores no signal mask (sigsetjmp(.., 0)). */
+    action.sa_flags = SA_SIGINFO | SA_NODEFER;
     sigemptyset(&action.sa_mask);
     if (sigaction(SIGBUS, &action, &bus_previous) == 0)
         bus_handler_installed = true;
@@ -715,8 +716,13 @@ InplaceRead inplace_read(Lsn limit, WalRecordView* view)
         return not_handled(reader.pos, "no SIGBUS handler could be installed for its mapped segment files");
     if (!reader.use_mmap)
         return read_record(limit, view);
-    if (sigsetjmp(bus_return, 1) != 0) {
+    /* Without saving the signal mask: saving it is a system call, and this runs once per record. */
+    if (sigsetjmp(bus_return, 0) != 0) {
         bus_guarded = 0;
+        sigset_t bus;
+        sigemptyset(&bus);
+        sigaddset(&bus, SIGBUS);
+        (void) sigprocmask(SIG_UNBLOCK, &bus, nullptr); /* SA_NODEFER left it unblocked; this makes sure */
         const Lsn at = reader.pos;
         drop_segment();
         reader.faulted = true;
