@@ -80,6 +80,16 @@ sub walks
 	return { watched => $w // -1, full => $f // -1, why => $why // '', text => $text };
 }
 
+# Until a call (ptrack_init_lsn(), whose walk applies the settings the
+# follower has reloaded) finds the follower's status line containing $text.
+sub wait_watch_status
+{
+	my ($text) = @_;
+	return $node->poll_query_until('postgres',
+		"SELECT ptrack_init_lsn() IS NOT NULL AND query LIKE '%$text%' FROM pg_stat_activity "
+		  . "WHERE backend_type = 'ptrack WAL follower'");
+}
+
 # L: a CHECKPOINT's redo LSN (a summary starts there), once the follower's
 # save after it (a full walk) is done; then the sizes at L and the walks so far.
 sub start_at_checkpoint
@@ -369,10 +379,7 @@ cmp_ok($after->{watched}, '>', $before->{watched}, 'after the overflow: calls ar
 # ---------------------------------------------------------------------------
 
 $node->safe_psql('postgres', 'ALTER SYSTEM SET ptrack.wal_file_watch = off; SELECT pg_reload_conf()');
-$node->poll_query_until('postgres',
-	"SELECT ptrack_init_lsn() IS NOT NULL AND query LIKE '%file watch: off%' FROM pg_stat_activity "
-	  . "WHERE backend_type = 'ptrack WAL follower'")
-  or diag(walks()->{text});
+wait_watch_status('file watch: off') or diag(walks()->{text});
 my $off = make_table('postgres', 'watch_off', 70);
 ($L, $baseline, $before) = start_at_checkpoint();
 grow($off, 3, 'write');
@@ -381,10 +388,7 @@ $after = walks();
 cmp_ok($after->{full}, '>', $before->{full}, 'watch off: the call walked every file') or diag($after->{text});
 is($after->{watched}, $before->{watched}, 'watch off: no watched walk') or diag($after->{text});
 $node->safe_psql('postgres', 'ALTER SYSTEM RESET ptrack.wal_file_watch; SELECT pg_reload_conf()');
-$node->poll_query_until('postgres',
-	"SELECT ptrack_init_lsn() IS NOT NULL AND query LIKE '%file watch: on%' FROM pg_stat_activity "
-	  . "WHERE backend_type = 'ptrack WAL follower'")
-  or diag(walks()->{text});
+wait_watch_status('file watch: on') or diag(walks()->{text});
 init_lsn($node);    # the full walk that arms the watch again
 ($L, $baseline, $before) = start_at_checkpoint();
 grow($off, 3, 'fallocate');
@@ -401,10 +405,7 @@ listed_by_watch_ok('watch on again', $L, $baseline, $before, grown => 3, grown_f
 # (log_min_messages = log would hide the follower's ERROR: LOG ranks above ERROR there.)
 $node->safe_psql('postgres',
 	'ALTER SYSTEM SET ptrack.wal_file_watch = off; ALTER SYSTEM SET log_min_messages = warning; SELECT pg_reload_conf()');
-$node->poll_query_until('postgres',
-	"SELECT ptrack_init_lsn() IS NOT NULL AND query LIKE '%file watch: off%' FROM pg_stat_activity "
-	  . "WHERE backend_type = 'ptrack WAL follower'")
-  or diag(walks()->{text});
+wait_watch_status('file watch: off') or diag(walks()->{text});
 my $broken = make_table('postgres', 'walk_error', 40);
 ($L, $baseline, $before) = start_at_checkpoint();
 grow($broken, 5, 'write');
@@ -422,10 +423,7 @@ no_misses_ok($node, $L, 'walk error: once the walk works, every block added sinc
 	baseline => $baseline);
 $node->safe_psql('postgres',
 	'ALTER SYSTEM RESET ptrack.wal_file_watch; ALTER SYSTEM RESET log_min_messages; SELECT pg_reload_conf()');
-$node->poll_query_until('postgres',
-	"SELECT ptrack_init_lsn() IS NOT NULL AND query LIKE '%file watch: on%' FROM pg_stat_activity "
-	  . "WHERE backend_type = 'ptrack WAL follower'")
-  or diag(walks()->{text});
+wait_watch_status('file watch: on') or diag(walks()->{text});
 
 # ---------------------------------------------------------------------------
 # 8. ptrack.wal_file_watch_min_files
@@ -441,10 +439,7 @@ sub set_min_files
 	sleep 1;
 	init_lsn($node);
 	my $pattern = $state eq 'on' ? 'file watch: on' : 'file watch: off (fewer relation files';
-	$node->poll_query_until('postgres',
-		"SELECT ptrack_init_lsn() IS NOT NULL AND query LIKE '%$pattern%' FROM pg_stat_activity "
-		  . "WHERE backend_type = 'ptrack WAL follower'")
-	  or diag("min_files $value: " . walks()->{text});
+	wait_watch_status($pattern) or diag("min_files $value: " . walks()->{text});
 	like(walks()->{text}, qr/\Q$pattern\E/, "min_files $value: the watch is $state");
 }
 
