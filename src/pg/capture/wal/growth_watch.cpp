@@ -146,15 +146,29 @@ void clear_table(HTAB* table)
         (void) hash_search(table, entry, HASH_REMOVE, NULL);
 }
 
+/* The watch's state in the follower's status line. */
+const char* state_text(State state)
+{
+    switch (state) {
+    case State::kOn:
+        return "on";
+    case State::kOff:
+        return "off (ptrack.wal_file_watch)";
+    case State::kFewFiles:
+        return "off (fewer relation files than ptrack.wal_file_watch_min_files)";
+    case State::kUnavailable:
+        return "unavailable (inotify could not be set up)";
+    case State::kNotSetUp:
+        break;
+    }
+    return "not set up yet";
+}
+
 /* The follower's row in pg_stat_activity (query): whether calls use the watch, and its walks so far. */
 void report_status()
 {
     char text[256];
-    const char* state = watch.state == State::kOn            ? "on"
-                        : watch.state == State::kOff         ? "off (ptrack.wal_file_watch)"
-                        : watch.state == State::kFewFiles    ? "off (fewer relation files than ptrack.wal_file_watch_min_files)"
-                        : watch.state == State::kUnavailable ? "unavailable (inotify could not be set up)"
-                                                             : "not set up yet";
+    const char* state = state_text(watch.state);
     const long dirs = watch.state == State::kOn ? hash_get_num_entries(watch.dirs) : 0;
     snprintf(text, sizeof(text),
              "ptrack file watch: %s, %ld directories; walks: " UINT64_FORMAT " watched, " UINT64_FORMAT
@@ -567,8 +581,8 @@ void define_growth_watch_guc()
                             "With fewer, a call walks every relation file (3-4 microseconds each) and relation "
                             "writes queue no events; once on, the watch stays until the files fall below half "
                             "of this.",
-                            &watch_min_files, 10000, 0, INT_MAX, PGC_SIGHUP, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL,
-                            NULL);
+                            &watch_min_files, 10000, 0, INT_MAX, PGC_SIGHUP, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL,
+                            NULL, NULL);
 }
 
 }  // namespace ptrack::pg

@@ -96,12 +96,12 @@ constexpr uint32_t kInitialMainDataBytes = 8192;
 
 struct Reader {
     /* Where it stands. */
-    Lsn pos;               /* the end of the last record read: where the next one may begin */
-    Lsn prev_start;        /* where that record begins: the next one's xl_prev */
-    TimeLineID tli;        /* the timeline whose segment files it reads */
-    uint64 system_id;      /* this cluster's, in every long page header */
+    Lsn pos;          /* the end of the last record read: where the next one may begin */
+    Lsn prev_start;   /* where that record begins: the next one's xl_prev */
+    TimeLineID tli;   /* the timeline whose segment files it reads */
+    uint64 system_id; /* this cluster's, in every long page header */
     uint32 segment_bytes;
-    Lsn limit;             /* of the current inplace_read() */
+    Lsn limit; /* of the current inplace_read() */
     /* The last page header checked, and its timeline (never going back). */
     Lsn checked_page;
     TimeLineID page_tli;
@@ -142,8 +142,7 @@ InplaceRead not_handled(Lsn lsn, const char* format, ...)
     return InplaceRead::kNotHandled;
 }
 
-template <typename T>
-T load(const unsigned char* p)
+template <typename T> T load(const unsigned char* p)
 {
     T value;
     memcpy(&value, p, sizeof(value));
@@ -261,9 +260,9 @@ const unsigned char* page_bytes(Lsn page, uint32 upto, InplaceRead* status)
         if (n <= 0) {
             const int saved = errno;
             pgstat_report_wait_end();
-            *status = not_handled(page, "could not read its segment file at offset %lld: %s",
-                                  static_cast<long long>(offset + got),
-                                  n < 0 ? strerror(saved) : "the file ends there");
+            *status =
+                not_handled(page, "could not read its segment file at offset %lld: %s",
+                            static_cast<long long>(offset + got), n < 0 ? strerror(saved) : "the file ends there");
             return nullptr;
         }
         got += static_cast<size_t>(n);
@@ -330,7 +329,8 @@ bool continues_record(const unsigned char* p, Lsn page, uint32 left, Lsn record,
         return false;
     const auto header = load<XLogPageHeaderData>(p);
     if ((header.xlp_info & XLP_FIRST_IS_CONTRECORD) == 0 || header.xlp_rem_len != left) {
-        *status = not_handled(record, "the page at %X/%X does not continue the record (info %04X, %u bytes left, "
+        *status = not_handled(record,
+                              "the page at %X/%X does not continue the record (info %04X, %u bytes left, "
                               "%u expected)",
                               PTRACK_LSN_ARGS(page), header.xlp_info, header.xlp_rem_len, left);
         return false;
@@ -368,10 +368,10 @@ InplaceRead parse_block_headers(const unsigned char* a, uint32 len, uint32 body_
     const unsigned char* rel = nullptr;
     view->block_count = 0;
     view->main_data_len = 0;
-#define NEED(n)                                                                                          \
-    do {                                                                                                 \
-        if (at + (n) > len)                                                                              \
-            return not_handled(record, "its block headers run past %u bytes of its %u", len, body_len); \
+#define NEED(n)                                                                                                        \
+    do {                                                                                                               \
+        if (at + (n) > len)                                                                                            \
+            return not_handled(record, "its block headers run past %u bytes of its %u", len, body_len);                \
     } while (0)
     while (body_len - at > data_total) {
         NEED(1);
@@ -410,8 +410,7 @@ InplaceRead parse_block_headers(const unsigned char* a, uint32 len, uint32 body_
         const uint16 data_length = load<uint16>(a + at + 2);
         at += SizeOfXLogRecordBlockHeader;
         if (((fork_flags & BKPBLOCK_HAS_DATA) != 0) != (data_length != 0))
-            return not_handled(record, "block id %u: BKPBLOCK_HAS_DATA does not match data length %u", id,
-                               data_length);
+            return not_handled(record, "block id %u: BKPBLOCK_HAS_DATA does not match data length %u", id, data_length);
         data_total += data_length;
         if (fork_flags & BKPBLOCK_HAS_IMAGE) {
             NEED(SizeOfXLogRecordBlockImageHeader);
@@ -458,7 +457,8 @@ InplaceRead parse_block_headers(const unsigned char* a, uint32 len, uint32 body_
     }
 #undef NEED
     if (at + data_total != body_len)
-        return not_handled(record, "its block headers (%u bytes) and data (%llu bytes) do not add up to its body "
+        return not_handled(record,
+                           "its block headers (%u bytes) and data (%llu bytes) do not add up to its body "
                            "(%u bytes)",
                            at, static_cast<unsigned long long>(data_total), body_len);
     return InplaceRead::kRecord;
@@ -466,12 +466,12 @@ InplaceRead parse_block_headers(const unsigned char* a, uint32 len, uint32 body_
 
 /* The record being read: its body's checksum, parse and main data, as its pieces go by. */
 struct Body {
-    uint32 length;           /* bytes after the record header */
+    uint32 length; /* bytes after the record header */
     pg_crc32c crc;
-    bool parsed;             /* the block headers are parsed (main_data_len known) */
-    uint32 area_length;      /* bytes of the body copied into `area` while not parsed */
-    uint32 main_from;        /* body offset of the main data */
-    const char* main_data;   /* where the main data is, once all of it went by */
+    bool parsed;           /* the block headers are parsed (main_data_len known) */
+    uint32 area_length;    /* bytes of the body copied into `area` while not parsed */
+    uint32 main_from;      /* body offset of the main data */
+    const char* main_data; /* where the main data is, once all of it went by */
 };
 
 /*
@@ -650,7 +650,6 @@ InplaceRead read_record(Lsn limit, WalRecordView* view)
     reader.pos = view->end;
     return InplaceRead::kRecord;
 }
-
 
 /*
  * mmap: where a SIGBUS in the mapping returns to, and whether one may
