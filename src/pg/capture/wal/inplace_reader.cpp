@@ -338,6 +338,31 @@ bool continues_record(const unsigned char* p, Lsn page, uint32 left, Lsn record,
     return true;
 }
 
+/*
+ * A record of `total` bytes that begins at `start`, at `offset` in the page
+ * at `page`, and does not end below the limit: whether every later page it
+ * runs on that lies below the limit continues it.  One that does not is
+ * where a crash cut the record short and the WAL written after recovery
+ * overwrote its continuation (XLP_FIRST_IS_OVERWRITE_CONTRECORD,
+ * xlogrecovery.c): no more WAL will ever complete that record, so waiting
+ * for it would stall the follower; it is not handled, and xlogreader skips
+ * the aborted record.
+ */
+bool flushed_pages_continue(Lsn start, Lsn page, uint32 offset, uint32 total, InplaceRead* status)
+{
+    uint32 left = total - Min(total, kPage - offset);
+    for (Lsn next = page + kPage; left > 0; next += kPage) {
+        const uint32 header_bytes = page_header_bytes(next);
+        if (next + header_bytes > reader.limit)
+            return true;
+        const unsigned char* p = page_bytes(next, header_bytes, status);
+        if (p == nullptr || !continues_record(p, next, left, start, status))
+            return false;
+        left -= Min(left, kPage - header_bytes);
+    }
+    return true;
+}
+
 /* Where a record of `length` bytes that begins at `start` ends (before MAXALIGN), over the page headers. */
 Lsn raw_end(Lsn start, uint32 length)
 {
@@ -590,8 +615,12 @@ InplaceRead read_record(Lsn limit, WalRecordView* view)
                            PTRACK_LSN_ARGS(header.xl_prev), PTRACK_LSN_ARGS(reader.prev_start));
     const uint32 total = header.xl_tot_len;
     const Lsn end = raw_end(start, total);
-    if (end > limit)
-        return InplaceRead::kEnd; /* not all flushed yet: read again once it is */
+    if (end > limit) {
+        /* Not all flushed yet: read again once it is, unless a page it runs on, flushed already, does not continue it. */
+        if (!flushed_pages_continue(start, page, offset, total, &status))
+            return status;
+        return InplaceRead::kEnd;
+    }
 
     /* The record, page by page. */
     Body body{};
