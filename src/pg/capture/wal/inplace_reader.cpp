@@ -32,24 +32,24 @@
  * MAXALIGNed either way, as in xlogreader's decode buffer (xact records are
  * parsed through struct pointers).  The CRC covers every byte once.
  *
- * Or, with use_mmap (ptrack.wal_reader = inplace_mmap), each segment is
- * mapped whole and read where the page cache holds it, without the copy
- * pread makes.  A mapped page that cannot be read (a file truncated under
- * the reader, an I/O error on a page read back from disk) raises SIGBUS;
- * left alone, that would kill the follower and make the postmaster restart
- * every backend.  So every access to the mapping happens inside
- * inplace_read(), under a SIGBUS handler of this process that returns there
- * (siglongjmp) when the fault lies in the mapping, and the record is "not
- * handled": xlogreader then reads it with read(), whose failure is an ERROR
- * (tracking restarts), not a crash.  The view never points into the mapping
- * (its main data is copied), and the frames the jump leaves are this file's
- * C-style ones.  A fault anywhere else gets the default action.
+ * Or, with use_mmap (ptrack.wal_reader = inplace_mmap, the default), each
+ * segment is mapped whole and read where the page cache holds it, without
+ * the copy pread makes.  A mapped page that cannot be read (a file cut short
+ * under the reader, an I/O error on a page read back from disk) raises
+ * SIGBUS; left alone, that would kill the follower and make the postmaster
+ * restart every backend.  So the follower has a SIGBUS handler: a fault in
+ * a page of the mapping replaces that page with a page of zeros (mmap
+ * MAP_FIXED, anonymous) and sets a flag, the access that faulted reads
+ * zeros when it runs again, and inplace_read() discards what it parsed: the
+ * record is "not handled", and xlogreader's read() of it decides (an ERROR
+ * restarts tracking, not the server).  Only inplace_read() touches the
+ * mapping: the view's main data is copied, never pointed into it.  A fault
+ * anywhere else gets the previous action.
  */
 extern "C" {
 #include "postgres.h"
 
 #include <fcntl.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/mman.h>
@@ -510,7 +510,7 @@ void take_main_data(Body& body, const unsigned char* p, uint32 from, uint32 n)
     if (lo >= hi)
         return;
     const unsigned char* at = p + (lo - from);
-    /* Never into a mapping: the view is read after inplace_read() returns, outside its SIGBUS guard. */
+    /* Never into a mapping: the view is read after inplace_read() returns, where a SIGBUS is not caught. */
     if (lo == body.main_from && hi == body.length && reinterpret_cast<uintptr_t>(at) % MAXIMUM_ALIGNOF == 0 &&
         (reader.map == nullptr || p == area.bytes)) {
         body.main_data = reinterpret_cast<const char*>(at);
@@ -570,7 +570,7 @@ InplaceRead body_piece(Body& body, WalRecordView* view, const unsigned char* p, 
     return InplaceRead::kRecord;
 }
 
-/* inplace_read() without its SIGBUS guard. */
+/* inplace_read() before it looks for a SIGBUS in the mapping. */
 InplaceRead read_record(Lsn limit, WalRecordView* view)
 {
     reader.limit = limit;
@@ -680,22 +680,23 @@ InplaceRead read_record(Lsn limit, WalRecordView* view)
     return InplaceRead::kRecord;
 }
 
-/*
- * mmap: where a SIGBUS in the mapping returns to, and whether one may
- * (inside inplace_read() only).  The previous action is restored for a
- * fault outside the mapping, which then takes its course.
- */
-sigjmp_buf bus_return;
-volatile sig_atomic_t bus_guarded = 0;
+/* mmap: set by a SIGBUS in a page of the mapping, which is zeros now (the file comment). */
+volatile sig_atomic_t bus_faulted = 0;
 bool bus_handler_installed = false;
 struct sigaction bus_previous;
+uintptr_t os_page_bytes = 4096;
 
 void on_sigbus(int, siginfo_t* info, void*)
 {
-    const auto* address = static_cast<const unsigned char*>(info->si_addr);
-    if (bus_guarded && reader.map != nullptr && address >= reader.map && address < reader.map + reader.segment_bytes)
-        siglongjmp(bus_return, 1);
-    /* Not a page of the mapping: returning makes the access fault again, with the previous action. */
+    auto* address = static_cast<unsigned char*>(info->si_addr);
+    if (reader.map != nullptr && address >= reader.map && address < reader.map + reader.segment_bytes) {
+        void* page = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(address) & ~(os_page_bytes - 1));
+        if (mmap(page, os_page_bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+            bus_faulted = 1;
+            return;
+        }
+    }
+    /* Not a page of the mapping, or it could not be replaced: returning faults again, with the previous action. */
     sigaction(SIGBUS, &bus_previous, nullptr);
 }
 
@@ -703,11 +704,14 @@ void install_sigbus_handler()
 {
     if (bus_handler_installed)
         return;
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0)
+        return;
+    os_page_bytes = static_cast<uintptr_t>(page);
     struct sigaction action;
     memset(&action, 0, sizeof(action));
     action.sa_sigaction = on_sigbus;
-    /* SIGBUS not blocked in the handler: the jump out of it restores no signal mask (sigsetjmp(.., 0)). */
-    action.sa_flags = SA_SIGINFO | SA_NODEFER;
+    action.sa_flags = SA_SIGINFO;
     sigemptyset(&action.sa_mask);
     if (sigaction(SIGBUS, &action, &bus_previous) == 0)
         bus_handler_installed = true;
@@ -740,26 +744,22 @@ void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, u
 InplaceRead inplace_read(Lsn limit, WalRecordView* view)
 {
     reader.faulted = false;
-    if (reader.use_mmap && !bus_handler_installed)
-        return not_handled(reader.pos, "no SIGBUS handler could be installed for its mapped segment files");
     if (!reader.use_mmap)
         return read_record(limit, view);
-    /* Without saving the signal mask: saving it is a system call, and this runs once per record. */
-    if (sigsetjmp(bus_return, 0) != 0) {
-        bus_guarded = 0;
-        sigset_t bus;
-        sigemptyset(&bus);
-        sigaddset(&bus, SIGBUS);
-        (void) sigprocmask(SIG_UNBLOCK, &bus, nullptr); /* SA_NODEFER left it unblocked; this makes sure */
-        const Lsn at = reader.pos;
-        drop_segment();
-        reader.faulted = true;
-        return not_handled(at, "a page of its mapped segment file could not be read (SIGBUS)");
-    }
-    bus_guarded = 1;
+    if (!bus_handler_installed)
+        return not_handled(reader.pos, "no SIGBUS handler could be installed for its mapped segment files");
+    const Lsn pos = reader.pos;
+    const Lsn prev_start = reader.prev_start;
     const InplaceRead read = read_record(limit, view);
-    bus_guarded = 0;
-    return read;
+    if (!bus_faulted)
+        return read;
+    /* What was parsed may have come from a page of zeros: the reader stays before the record. */
+    bus_faulted = 0;
+    drop_segment();
+    reader.pos = pos;
+    reader.prev_start = prev_start;
+    reader.faulted = true;
+    return not_handled(pos, "a page of its mapped segment file could not be read (SIGBUS)");
 }
 
 const char* inplace_why()
