@@ -108,7 +108,8 @@ chmod(0600, ptrack_file($pgdata, 'ptrack.map')) or die "chmod: $!";
 
 # ---- 4. invalid settings --------------------------------------------------------------
 
-for my $setting ("ptrack.capture = garbage", "ptrack.wal_wait_timeout = 'soon'", "ptrack.wal_summary_memory = '1MB'")
+for my $setting ("ptrack.capture = garbage", "ptrack.wal_wait_timeout = 'soon'", "ptrack.wal_summary_memory = '1MB'",
+	"ptrack.wal_reader = bogus", "ptrack.wal_file_watch_min_files = -1")
 {
 	my ($name) = $setting =~ /^(\S+)/;
 	$node->append_conf('postgresql.conf', "$setting\n");

@@ -223,7 +223,8 @@ static void check_configured_map_size(const char* raw)
 /*
  * The other ptrack parameters, as configured (postgresql.conf, ALTER SYSTEM,
  * -c), read before they are defined: `name` and the text, NULL if not set.
- * ptrack.map_size has its own check above.
+ * ptrack.map_size has its own check above; the developer options (hidden
+ * from SHOW ALL) are checked like the others.
  */
 struct ConfiguredText {
     const char* name;
@@ -235,7 +236,11 @@ static ConfiguredText configured_texts[] = {{"ptrack.capture", NULL},
                                             {"ptrack.verify_max_rate", NULL},
                                             {"ptrack.wal_summary_keep_time", NULL},
                                             {"ptrack.wal_summary_max_files", NULL},
-                                            {"ptrack.use_segment_summary", NULL}};
+                                            {"ptrack.use_segment_summary", NULL},
+                                            {"ptrack.wal_reader", NULL},
+                                            {"ptrack.wal_file_watch", NULL},
+                                            {"ptrack.wal_file_watch_min_files", NULL},
+                                            {"ptrack.wal_batch_delay", NULL}};
 
 static void remember_configured_texts()
 {
