@@ -126,6 +126,18 @@ sub listed_by_watch_ok
 	  or diag($after->{text});
 }
 
+# Every block added since $L listed, by a call that walked every file
+# (no watched walk since $before); returns the oracle's figures.
+sub listed_by_full_walk_ok
+{
+	my ($label, $L, $baseline, $before) = @_;
+	my $stats = no_misses_ok($node, $L, "$label: every block added since L is listed", baseline => $baseline);
+	my $after = walks();
+	cmp_ok($after->{full}, '>', $before->{full}, "$label: the call walked every file") or diag($after->{text});
+	is($after->{watched}, $before->{watched}, "$label: no watched walk") or diag($after->{text});
+	return $stats;
+}
+
 # Grows $path (relative to the data directory) by $blocks zero pages with system call $how.
 sub grow
 {
@@ -383,10 +395,7 @@ wait_watch_status('file watch: off') or diag(walks()->{text});
 my $off = make_table('postgres', 'watch_off', 70);
 ($L, $baseline, $before) = start_at_checkpoint();
 grow($off, 3, 'write');
-no_misses_ok($node, $L, 'watch off: every block added since L is listed', baseline => $baseline);
-$after = walks();
-cmp_ok($after->{full}, '>', $before->{full}, 'watch off: the call walked every file') or diag($after->{text});
-is($after->{watched}, $before->{watched}, 'watch off: no watched walk') or diag($after->{text});
+listed_by_full_walk_ok('watch off', $L, $baseline, $before);
 $node->safe_psql('postgres', 'ALTER SYSTEM RESET ptrack.wal_file_watch; SELECT pg_reload_conf()');
 wait_watch_status('file watch: on') or diag(walks()->{text});
 init_lsn($node);    # the full walk that arms the watch again
@@ -451,10 +460,7 @@ set_min_files($files * 10, 'off');
 my $few = make_table('postgres', 'few_files', 50);
 ($L, $baseline, $before) = start_at_checkpoint();
 grow($few, 4, 'truncate');
-no_misses_ok($node, $L, 'few files: every block added since L is listed', baseline => $baseline);
-$after = walks();
-cmp_ok($after->{full}, '>', $before->{full}, 'few files: the call walked every file') or diag($after->{text});
-is($after->{watched}, $before->{watched}, 'few files: no watched walk') or diag($after->{text});
+listed_by_full_walk_ok('few files', $L, $baseline, $before);
 set_min_files(0, 'on');
 init_lsn($node);    # the full walk that arms the watch
 ($L, $baseline, $before) = start_at_checkpoint();
@@ -485,11 +491,8 @@ $node->safe_psql('postgres', "CREATE TABLESPACE inner_ts LOCATION '$verdir/$dboi
 my $victim = make_table('postgres', 'two_paths', 30, 'outer_ts');
 ($L, $baseline, $before) = start_at_checkpoint();
 grow($victim, 4, 'write');
-my $stats8 = no_misses_ok($node, $L, 'two paths: every block added since L is listed', baseline => $baseline);
+my $stats8 = listed_by_full_walk_ok('two paths', $L, $baseline, $before);
 cmp_ok($stats8->{extended}, '>=', 4, "two paths: the oracle saw the growth ($stats8->{extended} blocks)");
-$after = walks();
-cmp_ok($after->{full}, '>', $before->{full}, 'two paths: the call walked every file') or diag($after->{text});
-is($after->{watched}, $before->{watched}, 'two paths: no watched walk') or diag($after->{text});
 like(log_since($node, $offset),
 	qr/LOG:  ptrack's WAL follower walks every relation file at the next call: a directory is reached by two paths/,
 	'two paths: LOG says why');
