@@ -172,13 +172,13 @@ sub main
 	my $checksums = $rng->chance(0.5) ? 1 : 0;
 	my $checkpoint_timeout = $rng->pick('30s', '60s', '150s');
 	my $map_size = $capture eq 'hooks' ? $rng->pick('1MB', '8MB', '64MB') : '64MB';
-	# The follower's reader (a developer option; inplace_mmap is the
+	# The follower's reader (a developer option; inplace is the
 	# default): compare reads every record of the steady state with both
 	# readers, and an ERROR at the first difference fails the soak
 	# (check_reader_log()).  Its own stream, so that a seed draws the same
 	# sequence of everything else as before.
 	my $wal_reader = $capture eq 'wal'
-	  ? PtrackSoak::Rng->new($opt{seed}, 'wal_reader')->pick('inplace_mmap', 'compare', 'compare', 'inplace')
+	  ? PtrackSoak::Rng->new($opt{seed}, 'wal_reader')->pick('inplace', 'compare')
 	  : undef;
 	# The file watch (growth_watch.h) on whatever the cluster's size, or only
 	# from its default number of relation files (more than the soak makes).

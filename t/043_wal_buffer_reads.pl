@@ -32,8 +32,8 @@
 # cannot time.
 #
 # The page reader serves xlogreader; on a primary the follower's steady state
-# reads in place by default (ptrack.wal_reader = inplace_mmap, which reads
-# the segment files only), so the test runs it with xlogreader.
+# reads in place by default (ptrack.wal_reader = inplace, which reads the
+# segment files only), so the test runs it with xlogreader.
 
 use strict;
 use warnings;

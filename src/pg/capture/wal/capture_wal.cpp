@@ -64,7 +64,6 @@ constexpr int kMaxSummaryMemoryMb = sizeof(size_t) >= 8 ? 1024 * 1024 : 1024;
 const config_enum_entry wal_reader_options[] = {
     {"xlogreader", wal_follower::kWalReaderXlogreader, false},
     {"inplace", wal_follower::kWalReaderInplace, false},
-    {"inplace_mmap", wal_follower::kWalReaderInplaceMmap, false},
     {"compare", wal_follower::kWalReaderCompare, false},
     {NULL, 0, false},
 };
@@ -94,11 +93,11 @@ void define_wal_follower_gucs()
                             NULL, NULL, NULL);
     DefineCustomEnumVariable("ptrack.wal_reader",
                              "The WAL follower's reader on a primary, once it follows the WAL (developer option).",
-                             "inplace_mmap (the default): ptrack's own reader, which parses records where they lie in "
-                             "the segment files, mapped (inplace: read with pread); xlogreader: PostgreSQL's WAL "
-                             "reader; compare: both, with an ERROR at the first record they read differently. Start "
-                             "positions, standbys and other timelines always use xlogreader.",
-                             &wal_follower::wal_reader_mode, wal_follower::kWalReaderInplaceMmap, wal_reader_options,
+                             "inplace (the default): ptrack's own reader, which parses records where they lie in "
+                             "its reads of the segment files; xlogreader: PostgreSQL's WAL reader; compare: both, "
+                             "with an ERROR at the first record they read differently. Start positions, standbys and "
+                             "other timelines always use xlogreader.",
+                             &wal_follower::wal_reader_mode, wal_follower::kWalReaderInplace, wal_reader_options,
                              PGC_SIGHUP, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
 }
 

@@ -32,7 +32,7 @@ namespace ptrack::pg::wal_follower {
 Summaries summaries;
 Follower follower;
 int wal_batch_delay_ms = 0;
-int wal_reader_mode = kWalReaderInplaceMmap;
+int wal_reader_mode = kWalReaderInplace;
 
 TimeLineID current_timeline()
 {

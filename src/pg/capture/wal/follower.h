@@ -176,10 +176,9 @@ extern int wal_batch_delay_ms;
  */
 enum WalReaderMode : int {
     kWalReaderXlogreader, /* xlogreader everywhere */
-    kWalReaderInplace,    /* the in-place reader (inplace_reader.h) in the steady state, with pread */
-    kWalReaderInplaceMmap, /* the default: the same, the segment files mapped (a SIGBUS in them is caught) */
-    kWalReaderCompare     /* the in-place reader (pread) and xlogreader, every record compared: an ERROR at the
-                             first difference */
+    kWalReaderInplace,    /* the default: the in-place reader (inplace_reader.h) in the steady state */
+    kWalReaderCompare     /* the in-place reader and xlogreader, every record compared: an ERROR at the first
+                             difference */
 };
 extern int wal_reader_mode;
 

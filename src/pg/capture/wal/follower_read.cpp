@@ -236,8 +236,7 @@ void compare_with_xlogreader(const WalRecordView& record)
 int apply_in_place(int budget, Lsn limit, TimeLineID tli, bool* fall_back)
 {
     const bool compare = wal_reader_mode == kWalReaderCompare;
-    inplace_begin(follower.next, summaries.last_start, tli, GetSystemIdentifier(), static_cast<uint32>(wal_segment_size),
-                  wal_reader_mode == kWalReaderInplaceMmap);
+    inplace_begin(follower.next, summaries.last_start, tli, GetSystemIdentifier(), static_cast<uint32>(wal_segment_size));
     if (compare) {
         follower.page->end_of_wal = false;
         XLogBeginRead(follower.reader, follower.next);
@@ -257,8 +256,8 @@ int apply_in_place(int budget, Lsn limit, TimeLineID tli, bool* fall_back)
             break;
         }
         if (read == InplaceRead::kNotHandled) {
-            /* A mapped page that could not be read is worth a LOG: xlogreader's read of it may fail too. */
-            ereport(compare || inplace_faulted() ? LOG : DEBUG1,
+            /* A segment file that could not be read is worth a LOG: xlogreader's read of it may fail too. */
+            ereport(compare || inplace_read_failed() ? LOG : DEBUG1,
                     (errmsg("ptrack reads the WAL record at %X/%X with xlogreader: the in-place reader does not "
                             "handle it (%s)",
                             PTRACK_LSN_ARGS(inplace_stop_lsn()), inplace_why())));

@@ -32,28 +32,19 @@
  * MAXALIGNed either way, as in xlogreader's decode buffer (xact records are
  * parsed through struct pointers).  The CRC covers every byte once.
  *
- * Or, with use_mmap (ptrack.wal_reader = inplace_mmap, the default), each
- * segment is mapped whole and read where the page cache holds it, without
- * the copy pread makes.  A mapped page that cannot be read (a file cut short
- * under the reader, an I/O error on a page read back from disk) raises
- * SIGBUS; left alone, that would kill the follower and make the postmaster
- * restart every backend.  So the follower has a SIGBUS handler: a fault in
- * a page of the mapping replaces that page with a page of zeros (mmap
- * MAP_FIXED, anonymous) and sets a flag, the access that faulted reads
- * zeros when it runs again, and inplace_read() discards what it parsed: the
- * record is "not handled", and xlogreader's read() of it decides (an ERROR
- * restarts tracking, not the server).  Only inplace_read() touches the
- * mapping: the view's main data is copied, never pointed into it.  A fault
- * anywhere else gets the previous action.
+ * Reading with pread, not by mapping the segment files: a mapping spares
+ * the copy out of the page cache, but every page of a segment mapped afresh
+ * costs a page fault and a page table entry, and under a hypervisor that
+ * shadows the guest's page tables that costs more than the copy (twice the
+ * follower's CPU on update-heavy WAL: bench/RESULTS.md, "pread or mmap").
+ * pread's cost is the copy, the same on every machine, and a read that
+ * fails is an error code, never a signal.
  */
 extern "C" {
 #include "postgres.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <stdarg.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "access/rmgr.h"
@@ -105,12 +96,10 @@ struct Reader {
     /* The last page header checked, and its timeline (never going back). */
     Lsn checked_page;
     TimeLineID page_tli;
-    /* The open segment file (pread), or the mapped one (mmap: `map`, the whole segment). */
-    bool use_mmap;
+    /* The open segment file. */
     int fd;
     XLogSegNo segno;
-    unsigned char* map;
-    /* pread: the WAL [buf_start, buf_end) of segment `segno`, read while it was below the limit. */
+    /* The WAL [buf_start, buf_end) of segment `segno`, read while it was below the limit. */
     unsigned char* buf;
     Lsn buf_start, buf_end;
     /* Main data copied because it crosses pages or is not MAXALIGNed. */
@@ -119,7 +108,7 @@ struct Reader {
     /* After kNotHandled. */
     Lsn stop_lsn;
     char why[200];
-    bool faulted; /* ... because a mapped page could not be read (SIGBUS) */
+    bool read_failed; /* ... because its segment file could not be opened or read */
 };
 
 Reader reader = {.fd = -1};
@@ -159,51 +148,13 @@ void forget_buffer()
     reader.buf_start = reader.buf_end = 0;
 }
 
-/* Closes the segment file, or unmaps it, and forgets what the buffer holds. */
+/* Closes the segment file and forgets what the buffer holds. */
 void drop_segment()
 {
     if (reader.fd >= 0)
         close(reader.fd);
     reader.fd = -1;
-    if (reader.map != nullptr)
-        munmap(reader.map, reader.segment_bytes);
-    reader.map = nullptr;
     forget_buffer();
-}
-
-/*
- * mmap: segment `segno` mapped whole (checked to be a whole segment first:
- * a page past the end of a mapped file raises SIGBUS); nullptr with
- * *status kNotHandled if it cannot be.
- */
-const unsigned char* map_segment(XLogSegNo segno, Lsn page, InplaceRead* status)
-{
-    if (reader.map != nullptr && segno == reader.segno)
-        return reader.map;
-    drop_segment();
-    char path[MAXPGPATH];
-    XLogFilePath(path, reader.tli, segno, reader.segment_bytes);
-    const int fd = open(path, O_RDONLY | PG_BINARY, 0);
-    if (fd < 0) {
-        *status = not_handled(page, "could not open file \"%s\": %s", path, strerror(errno));
-        return nullptr;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size != static_cast<off_t>(reader.segment_bytes)) {
-        close(fd);
-        *status = not_handled(page, "file \"%s\" is not a whole segment", path);
-        return nullptr;
-    }
-    void* m = mmap(nullptr, reader.segment_bytes, PROT_READ, MAP_SHARED, fd, 0);
-    const int saved = errno;
-    close(fd);
-    if (m == MAP_FAILED) {
-        *status = not_handled(page, "could not map file \"%s\": %s", path, strerror(saved));
-        return nullptr;
-    }
-    reader.map = static_cast<unsigned char*>(m);
-    reader.segno = segno;
-    return reader.map;
 }
 
 /*
@@ -217,12 +168,6 @@ const unsigned char* page_bytes(Lsn page, uint32 upto, InplaceRead* status)
     if (page + upto > reader.limit) {
         *status = InplaceRead::kEnd;
         return nullptr;
-    }
-    if (reader.use_mmap) {
-        XLogSegNo segno;
-        XLByteToSeg(page, segno, reader.segment_bytes);
-        const unsigned char* m = map_segment(segno, page, status);
-        return m != nullptr ? m + XLogSegmentOffset(page, reader.segment_bytes) : nullptr;
     }
     if (page >= reader.buf_start && page + upto <= reader.buf_end)
         return reader.buf + (page - reader.buf_start);
@@ -242,6 +187,7 @@ const unsigned char* page_bytes(Lsn page, uint32 upto, InplaceRead* status)
         reader.fd = open(path, O_RDONLY | PG_BINARY, 0);
         if (reader.fd < 0) {
             *status = not_handled(page, "could not open file \"%s\": %s", path, strerror(errno));
+            reader.read_failed = true;
             return nullptr;
         }
         reader.segno = segno;
@@ -263,6 +209,7 @@ const unsigned char* page_bytes(Lsn page, uint32 upto, InplaceRead* status)
             *status =
                 not_handled(page, "could not read its segment file at offset %lld: %s",
                             static_cast<long long>(offset + got), n < 0 ? strerror(saved) : "the file ends there");
+            reader.read_failed = true;
             return nullptr;
         }
         got += static_cast<size_t>(n);
@@ -510,9 +457,7 @@ void take_main_data(Body& body, const unsigned char* p, uint32 from, uint32 n)
     if (lo >= hi)
         return;
     const unsigned char* at = p + (lo - from);
-    /* Never into a mapping: the view is read after inplace_read() returns, where a SIGBUS is not caught. */
-    if (lo == body.main_from && hi == body.length && reinterpret_cast<uintptr_t>(at) % MAXIMUM_ALIGNOF == 0 &&
-        (reader.map == nullptr || p == area.bytes)) {
+    if (lo == body.main_from && hi == body.length && reinterpret_cast<uintptr_t>(at) % MAXIMUM_ALIGNOF == 0) {
         body.main_data = reinterpret_cast<const char*>(at);
         return;
     }
@@ -570,9 +515,29 @@ InplaceRead body_piece(Body& body, WalRecordView* view, const unsigned char* p, 
     return InplaceRead::kRecord;
 }
 
-/* inplace_read() before it looks for a SIGBUS in the mapping. */
-InplaceRead read_record(Lsn limit, WalRecordView* view)
+}  // namespace
+
+void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, uint32 segment_bytes)
 {
+    if (tli != reader.tli || system_id != reader.system_id || segment_bytes != reader.segment_bytes) {
+        drop_segment();
+        reader.checked_page = InvalidXLogRecPtr;
+        reader.page_tli = 0;
+    }
+    if (next < reader.checked_page) {
+        reader.checked_page = InvalidXLogRecPtr; /* reading again from further back: the timeline order starts over */
+        reader.page_tli = 0;
+    }
+    reader.pos = next;
+    reader.prev_start = prev_start;
+    reader.tli = tli;
+    reader.system_id = system_id;
+    reader.segment_bytes = segment_bytes;
+}
+
+InplaceRead inplace_read(Lsn limit, WalRecordView* view)
+{
+    reader.read_failed = false;
     reader.limit = limit;
     InplaceRead status = InplaceRead::kRecord;
     Lsn start = reader.pos;
@@ -680,88 +645,6 @@ InplaceRead read_record(Lsn limit, WalRecordView* view)
     return InplaceRead::kRecord;
 }
 
-/* mmap: set by a SIGBUS in a page of the mapping, which is zeros now (the file comment). */
-volatile sig_atomic_t bus_faulted = 0;
-bool bus_handler_installed = false;
-struct sigaction bus_previous;
-uintptr_t os_page_bytes = 4096;
-
-void on_sigbus(int, siginfo_t* info, void*)
-{
-    auto* address = static_cast<unsigned char*>(info->si_addr);
-    if (reader.map != nullptr && address >= reader.map && address < reader.map + reader.segment_bytes) {
-        void* page = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(address) & ~(os_page_bytes - 1));
-        if (mmap(page, os_page_bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
-            bus_faulted = 1;
-            return;
-        }
-    }
-    /* Not a page of the mapping, or it could not be replaced: returning faults again, with the previous action. */
-    sigaction(SIGBUS, &bus_previous, nullptr);
-}
-
-void install_sigbus_handler()
-{
-    if (bus_handler_installed)
-        return;
-    const long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0)
-        return;
-    os_page_bytes = static_cast<uintptr_t>(page);
-    struct sigaction action;
-    memset(&action, 0, sizeof(action));
-    action.sa_sigaction = on_sigbus;
-    action.sa_flags = SA_SIGINFO;
-    sigemptyset(&action.sa_mask);
-    if (sigaction(SIGBUS, &action, &bus_previous) == 0)
-        bus_handler_installed = true;
-}
-
-}  // namespace
-
-void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, uint32 segment_bytes, bool use_mmap)
-{
-    if (tli != reader.tli || system_id != reader.system_id || segment_bytes != reader.segment_bytes ||
-        use_mmap != reader.use_mmap) {
-        drop_segment();
-        reader.checked_page = InvalidXLogRecPtr;
-        reader.page_tli = 0;
-    }
-    if (next < reader.checked_page) {
-        reader.checked_page = InvalidXLogRecPtr; /* reading again from further back: the timeline order starts over */
-        reader.page_tli = 0;
-    }
-    reader.pos = next;
-    reader.prev_start = prev_start;
-    reader.tli = tli;
-    reader.system_id = system_id;
-    reader.segment_bytes = segment_bytes;
-    reader.use_mmap = use_mmap;
-    if (use_mmap)
-        install_sigbus_handler();
-}
-
-InplaceRead inplace_read(Lsn limit, WalRecordView* view)
-{
-    reader.faulted = false;
-    if (!reader.use_mmap)
-        return read_record(limit, view);
-    if (!bus_handler_installed)
-        return not_handled(reader.pos, "no SIGBUS handler could be installed for its mapped segment files");
-    const Lsn pos = reader.pos;
-    const Lsn prev_start = reader.prev_start;
-    const InplaceRead read = read_record(limit, view);
-    if (!bus_faulted)
-        return read;
-    /* What was parsed may have come from a page of zeros: the reader stays before the record. */
-    bus_faulted = 0;
-    drop_segment();
-    reader.pos = pos;
-    reader.prev_start = prev_start;
-    reader.faulted = true;
-    return not_handled(pos, "a page of its mapped segment file could not be read (SIGBUS)");
-}
-
 const char* inplace_why()
 {
     return reader.why;
@@ -772,9 +655,9 @@ Lsn inplace_stop_lsn()
     return reader.stop_lsn;
 }
 
-bool inplace_faulted()
+bool inplace_read_failed()
 {
-    return reader.faulted;
+    return reader.read_failed;
 }
 
 void inplace_close()

@@ -48,12 +48,11 @@ enum class InplaceRead : uint8_t {
 /*
  * Positions the reader at `next`, the end LSN of the record that begins at
  * `prev_start` (xl_prev of the next record must equal it), on timeline
- * `tli` of the cluster `system_id`, segments of `segment_bytes`; the files
- * are read with pread, or mapped if `use_mmap` (a SIGBUS in the mapping is
- * caught: inplace_reader.cpp).  Keeps the open file and what its buffer holds (the
- * WAL below a flush position never changes) unless something else differs.
+ * `tli` of the cluster `system_id`, segments of `segment_bytes`.  Keeps the
+ * open file and what its buffer holds (the WAL below a flush position never
+ * changes) unless something else differs.
  */
-void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, uint32 segment_bytes, bool use_mmap);
+void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, uint32 segment_bytes);
 
 /*
  * Reads the record at the reader's position into `view` if it ends at or
@@ -64,12 +63,12 @@ InplaceRead inplace_read(Lsn limit, WalRecordView* view);
 
 /*
  * After kNotHandled: the reason (valid until the next call), the LSN of the
- * record not read, and whether a page of a mapped segment file could not be
- * read (SIGBUS, caught: inplace_reader.cpp).
+ * record not read, and whether that is because its segment file could not
+ * be opened or read (not a record it does not expect).
  */
 const char* inplace_why();
 Lsn inplace_stop_lsn();
-bool inplace_faulted();
+bool inplace_read_failed();
 
 /* Closes the segment file and frees the buffers (also after an ERROR); inplace_begin() starts again. */
 void inplace_close();
