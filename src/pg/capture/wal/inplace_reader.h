@@ -2,8 +2,9 @@
  * inplace_reader.h -- the WAL follower's reader for its steady state: the
  * records of the current timeline of a primary, read from the segment
  * files of pg_wal strictly below a limit the caller gives (the flush
- * position), checked and parsed where they lie, without xlogreader's copy
- * of every page and of every record into its decode buffer.
+ * position) in reads of 128 KB, checked and parsed where they lie in that
+ * buffer, without xlogreader's read of every page and copy of every record
+ * into its decode buffer.
  *
  * It checks what xlogreader checks: each page header (magic, flags, page
  * address, the long header's system identifier, segment size and page size
