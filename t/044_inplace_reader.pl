@@ -225,7 +225,7 @@ kill 'CONT', $follower;
 ok( $node->poll_query_until(
 		'postgres', "SELECT true FROM pg_stat_activity WHERE backend_type = 'ptrack WAL follower'",
 		't')
-	  && wait_for_log(qr/does not handle it \(could not read its segment file at offset \d+: the file ends there\)/,
+	  && wait_for_log(qr/does not handle it \(could not read its segment file \w+ at offset \d+: the file ends there\)/,
 		$offset),
 	"cut segment: the follower found $segment cut short and said so");
 my $cut_log = log_since($node, $offset);

@@ -258,9 +258,9 @@ int apply_in_place(int budget, Lsn limit, TimeLineID tli, bool* fall_back)
         if (read == InplaceRead::kNotHandled) {
             /* A segment file that could not be read is worth a LOG: xlogreader's read of it may fail too. */
             ereport(compare || inplace_read_failed() ? LOG : DEBUG1,
-                    (errmsg("ptrack reads the WAL record at %X/%X with xlogreader: the in-place reader does not "
-                            "handle it (%s)",
-                            PTRACK_LSN_ARGS(inplace_stop_lsn()), inplace_why())));
+                    (errmsg("ptrack reads the WAL from %X/%X with xlogreader: the in-place reader does not handle "
+                            "it (%s)",
+                            PTRACK_LSN_ARGS(follower.next), inplace_why())));
             *fall_back = true;
             break;
         }

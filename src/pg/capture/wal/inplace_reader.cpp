@@ -106,7 +106,6 @@ struct Reader {
     char* main_data;
     uint32 main_data_cap;
     /* After kNotHandled. */
-    Lsn stop_lsn;
     char why[200];
     bool read_failed; /* ... because its segment file could not be opened or read */
 };
@@ -119,15 +118,15 @@ union {
     double align;
 } area;
 
-InplaceRead not_handled(Lsn lsn, const char* format, ...) pg_attribute_printf(2, 3);
+InplaceRead not_handled(const char* format, ...) pg_attribute_printf(1, 2);
 
-InplaceRead not_handled(Lsn lsn, const char* format, ...)
+/* kNotHandled, with the reason; the reader stays where it stands, before the record. */
+InplaceRead not_handled(const char* format, ...)
 {
     va_list args;
     va_start(args, format);
     vsnprintf(reader.why, sizeof(reader.why), format, args);
     va_end(args);
-    reader.stop_lsn = lsn;
     return InplaceRead::kNotHandled;
 }
 
@@ -174,7 +173,7 @@ const unsigned char* page_bytes(Lsn page, uint32 upto, InplaceRead* status)
     if (reader.buf == nullptr) {
         reader.buf = static_cast<unsigned char*>(malloc(kChunkBytes));
         if (reader.buf == nullptr) {
-            *status = not_handled(page, "out of memory for its read buffer");
+            *status = not_handled("out of memory for its read buffer");
             return nullptr;
         }
     }
@@ -186,7 +185,7 @@ const unsigned char* page_bytes(Lsn page, uint32 upto, InplaceRead* status)
         XLogFilePath(path, reader.tli, segno, reader.segment_bytes);
         reader.fd = open(path, O_RDONLY | PG_BINARY, 0);
         if (reader.fd < 0) {
-            *status = not_handled(page, "could not open file \"%s\": %s", path, strerror(errno));
+            *status = not_handled("could not open file \"%s\": %s", path, strerror(errno));
             reader.read_failed = true;
             return nullptr;
         }
@@ -206,8 +205,10 @@ const unsigned char* page_bytes(Lsn page, uint32 upto, InplaceRead* status)
         if (n <= 0) {
             const int saved = errno;
             pgstat_report_wait_end();
+            char name[MAXFNAMELEN];
+            XLogFileName(name, reader.tli, reader.segno, reader.segment_bytes);
             *status =
-                not_handled(page, "could not read its segment file at offset %lld: %s",
+                not_handled("could not read its segment file %s at offset %lld: %s", name,
                             static_cast<long long>(offset + got), n < 0 ? strerror(saved) : "the file ends there");
             reader.read_failed = true;
             return nullptr;
@@ -231,16 +232,17 @@ bool page_header_ok(const unsigned char* p, Lsn page, InplaceRead* status)
         return true;
     const auto header = load<XLogPageHeaderData>(p);
     if (header.xlp_magic != XLOG_PAGE_MAGIC) {
-        *status = not_handled(page, "invalid magic number %04X in the page header", header.xlp_magic);
+        *status = not_handled("invalid magic number %04X in the page header at %X/%X", header.xlp_magic,
+                              PTRACK_LSN_ARGS(page));
         return false;
     }
     if ((header.xlp_info & ~XLP_ALL_FLAGS) != 0 || (header.xlp_info & XLP_FIRST_IS_OVERWRITE_CONTRECORD) != 0) {
-        *status = not_handled(page, "page header info bits %04X", header.xlp_info);
+        *status = not_handled("page header info bits %04X at %X/%X", header.xlp_info, PTRACK_LSN_ARGS(page));
         return false;
     }
     const bool long_header = page % reader.segment_bytes == 0;
     if (((header.xlp_info & XLP_LONG_HEADER) != 0) != long_header) {
-        *status = not_handled(page, "page header info bits %04X at segment offset %u", header.xlp_info,
+        *status = not_handled("page header info bits %04X at segment offset %u", header.xlp_info,
                               static_cast<uint32>(XLogSegmentOffset(page, reader.segment_bytes)));
         return false;
     }
@@ -248,17 +250,18 @@ bool page_header_ok(const unsigned char* p, Lsn page, InplaceRead* status)
         const auto long_page = load<XLogLongPageHeaderData>(p);
         if (long_page.xlp_sysid != reader.system_id || long_page.xlp_seg_size != reader.segment_bytes ||
             long_page.xlp_xlog_blcksz != XLOG_BLCKSZ) {
-            *status = not_handled(page, "the segment's long page header is not this cluster's");
+            *status = not_handled("the long page header at %X/%X is not this cluster's", PTRACK_LSN_ARGS(page));
             return false;
         }
     }
     if (header.xlp_pageaddr != page) {
-        *status = not_handled(page, "unexpected page address %X/%X", PTRACK_LSN_ARGS(header.xlp_pageaddr));
+        *status = not_handled("unexpected page address %X/%X in the page at %X/%X",
+                              PTRACK_LSN_ARGS(header.xlp_pageaddr), PTRACK_LSN_ARGS(page));
         return false;
     }
     if (header.xlp_tli > reader.tli || (page > reader.checked_page && header.xlp_tli < reader.page_tli)) {
-        *status = not_handled(page, "page of timeline %u after timeline %u, reading timeline %u", header.xlp_tli,
-                              reader.page_tli, reader.tli);
+        *status = not_handled("page at %X/%X of timeline %u after timeline %u, reading timeline %u",
+                              PTRACK_LSN_ARGS(page), header.xlp_tli, reader.page_tli, reader.tli);
         return false;
     }
     reader.checked_page = page;
@@ -270,14 +273,13 @@ bool page_header_ok(const unsigned char* p, Lsn page, InplaceRead* status)
  * Checks that the page at `page` (header at `p`) continues a record with
  * `left` bytes still to come.
  */
-bool continues_record(const unsigned char* p, Lsn page, uint32 left, Lsn record, InplaceRead* status)
+bool continues_record(const unsigned char* p, Lsn page, uint32 left, InplaceRead* status)
 {
     if (!page_header_ok(p, page, status))
         return false;
     const auto header = load<XLogPageHeaderData>(p);
     if ((header.xlp_info & XLP_FIRST_IS_CONTRECORD) == 0 || header.xlp_rem_len != left) {
-        *status = not_handled(record,
-                              "the page at %X/%X does not continue the record (info %04X, %u bytes left, "
+        *status = not_handled("the page at %X/%X does not continue the record (info %04X, %u bytes left, "
                               "%u expected)",
                               PTRACK_LSN_ARGS(page), header.xlp_info, header.xlp_rem_len, left);
         return false;
@@ -286,8 +288,8 @@ bool continues_record(const unsigned char* p, Lsn page, uint32 left, Lsn record,
 }
 
 /*
- * A record of `total` bytes that begins at `start`, at `offset` in the page
- * at `page`, and does not end below the limit: whether every later page it
+ * A record of `total` bytes that begins at `offset` in the page at `page`,
+ * and does not end below the limit: whether every later page it
  * runs on that lies below the limit continues it.  One that does not is
  * where a crash cut the record short and the WAL written after recovery
  * overwrote its continuation (XLP_FIRST_IS_OVERWRITE_CONTRECORD,
@@ -295,7 +297,7 @@ bool continues_record(const unsigned char* p, Lsn page, uint32 left, Lsn record,
  * for it would stall the follower; it is not handled, and xlogreader skips
  * the aborted record.
  */
-bool flushed_pages_continue(Lsn start, Lsn page, uint32 offset, uint32 total, InplaceRead* status)
+bool flushed_pages_continue(Lsn page, uint32 offset, uint32 total, InplaceRead* status)
 {
     uint32 left = total - Min(total, kPage - offset);
     for (Lsn next = page + kPage; left > 0; next += kPage) {
@@ -303,7 +305,7 @@ bool flushed_pages_continue(Lsn start, Lsn page, uint32 offset, uint32 total, In
         if (next + header_bytes > reader.limit)
             return true;
         const unsigned char* p = page_bytes(next, header_bytes, status);
-        if (p == nullptr || !continues_record(p, next, left, start, status))
+        if (p == nullptr || !continues_record(p, next, left, status))
             return false;
         left -= Min(left, kPage - header_bytes);
     }
@@ -332,7 +334,7 @@ Lsn raw_end(Lsn start, uint32 length)
  * bytes) into `view`, with the main data's length; checks them as
  * DecodeXLogRecord() does.  kRecord, or kNotHandled.
  */
-InplaceRead parse_block_headers(const unsigned char* a, uint32 len, uint32 body_len, Lsn record, WalRecordView* view)
+InplaceRead parse_block_headers(const unsigned char* a, uint32 len, uint32 body_len, WalRecordView* view)
 {
     uint32 at = 0;
     uint64 data_total = 0;
@@ -343,7 +345,7 @@ InplaceRead parse_block_headers(const unsigned char* a, uint32 len, uint32 body_
 #define NEED(n)                                                                                                        \
     do {                                                                                                               \
         if (at + (n) > len)                                                                                            \
-            return not_handled(record, "its block headers run past %u bytes of its %u", len, body_len);                \
+            return not_handled("its block headers run past %u bytes of its %u", len, body_len);                        \
     } while (0)
     while (body_len - at > data_total) {
         NEED(1);
@@ -373,16 +375,16 @@ InplaceRead parse_block_headers(const unsigned char* a, uint32 len, uint32 body_
             continue;
         }
         if (id > XLR_MAX_BLOCK_ID)
-            return not_handled(record, "invalid block id %u", id);
+            return not_handled("invalid block id %u", id);
         if (id <= last_id)
-            return not_handled(record, "out-of-order block id %u", id);
+            return not_handled("out-of-order block id %u", id);
         last_id = id;
         NEED(SizeOfXLogRecordBlockHeader);
         const uint8 fork_flags = a[at + 1];
         const uint16 data_length = load<uint16>(a + at + 2);
         at += SizeOfXLogRecordBlockHeader;
         if (((fork_flags & BKPBLOCK_HAS_DATA) != 0) != (data_length != 0))
-            return not_handled(record, "block id %u: BKPBLOCK_HAS_DATA does not match data length %u", id, data_length);
+            return not_handled("block id %u: BKPBLOCK_HAS_DATA does not match data length %u", id, data_length);
         data_total += data_length;
         if (fork_flags & BKPBLOCK_HAS_IMAGE) {
             NEED(SizeOfXLogRecordBlockImageHeader);
@@ -407,15 +409,15 @@ InplaceRead parse_block_headers(const unsigned char* a, uint32 len, uint32 body_
                 (!has_hole && (hole_offset != 0 || hole_length != 0)) ||
                 (BKPIMAGE_COMPRESSED(image_info) && image_length == BLCKSZ) ||
                 (!has_hole && !BKPIMAGE_COMPRESSED(image_info) && image_length != BLCKSZ))
-                return not_handled(record, "block id %u: inconsistent image header (length %u, hole %u+%u, info %02X)",
-                                   id, image_length, hole_offset, hole_length, image_info);
+                return not_handled("block id %u: inconsistent image header (length %u, hole %u+%u, info %02X)", id,
+                                   image_length, hole_offset, hole_length, image_info);
         }
         if (!(fork_flags & BKPBLOCK_SAME_REL)) {
             NEED(3 * sizeof(Oid));
             rel = a + at;
             at += 3 * sizeof(Oid);
         } else if (rel == nullptr) {
-            return not_handled(record, "block id %u: BKPBLOCK_SAME_REL without a relation before", id);
+            return not_handled("block id %u: BKPBLOCK_SAME_REL without a relation before", id);
         }
         NEED(sizeof(::BlockNumber));
         WalBlockRef& ref = view->blocks[view->block_count++];
@@ -429,8 +431,7 @@ InplaceRead parse_block_headers(const unsigned char* a, uint32 len, uint32 body_
     }
 #undef NEED
     if (at + data_total != body_len)
-        return not_handled(record,
-                           "its block headers (%u bytes) and data (%llu bytes) do not add up to its body "
+        return not_handled("its block headers (%u bytes) and data (%llu bytes) do not add up to its body "
                            "(%u bytes)",
                            at, static_cast<unsigned long long>(data_total), body_len);
     return InplaceRead::kRecord;
@@ -483,7 +484,7 @@ bool reserve_main_data(uint32 length)
 }
 
 /* The body bytes [from, from + n) at `p`, in order. */
-InplaceRead body_piece(Body& body, WalRecordView* view, const unsigned char* p, uint32 from, uint32 n, Lsn record)
+InplaceRead body_piece(Body& body, WalRecordView* view, const unsigned char* p, uint32 from, uint32 n)
 {
     COMP_CRC32C(body.crc, p, n);
     if (body.parsed) {
@@ -502,13 +503,13 @@ InplaceRead body_piece(Body& body, WalRecordView* view, const unsigned char* p, 
             return InplaceRead::kRecord;
         headers = area.bytes;
     }
-    const InplaceRead parsed = parse_block_headers(headers, want, body.length, record, view);
+    const InplaceRead parsed = parse_block_headers(headers, want, body.length, view);
     if (parsed != InplaceRead::kRecord)
         return parsed;
     body.parsed = true;
     body.main_from = body.length - view->main_data_len;
     if (view->main_data_len > 0 && !reserve_main_data(view->main_data_len))
-        return not_handled(record, "out of memory for its main data (%u bytes)", view->main_data_len);
+        return not_handled("out of memory for its main data (%u bytes)", view->main_data_len);
     if (headers == area.bytes && from > 0)
         take_main_data(body, area.bytes, 0, from); /* the pieces before this one went to `area` whole */
     take_main_data(body, p, from, n);
@@ -542,7 +543,7 @@ InplaceRead inplace_read(Lsn limit, WalRecordView* view)
     InplaceRead status = InplaceRead::kRecord;
     Lsn start = reader.pos;
     if (start % MAXIMUM_ALIGNOF != 0 || reader.segment_bytes == 0)
-        return not_handled(start, "it does not begin MAXALIGNed");
+        return not_handled("it does not begin MAXALIGNed");
     Lsn page = start - start % kPage;
     uint32 offset = static_cast<uint32>(start % kPage);
     const uint32 header_bytes = page_header_bytes(page);
@@ -550,7 +551,7 @@ InplaceRead inplace_read(Lsn limit, WalRecordView* view)
         start += header_bytes;
         offset = header_bytes;
     } else if (offset < header_bytes) {
-        return not_handled(start, "it begins inside a page header");
+        return not_handled("it begins inside a page header");
     }
 
     /* The record header: on this page, or its end after the next page's header. */
@@ -559,30 +560,30 @@ InplaceRead inplace_read(Lsn limit, WalRecordView* view)
     if (p == nullptr || !page_header_ok(p, page, &status))
         return status;
     if (offset == header_bytes && (load<XLogPageHeaderData>(p).xlp_info & XLP_FIRST_IS_CONTRECORD))
-        return not_handled(start, "its page begins with the continuation of another record");
+        return not_handled("its page begins with the continuation of another record");
     XLogRecord header;
     memcpy(&header, p + offset, first_part);
     if (header.xl_tot_len < SizeOfXLogRecord || header.xl_tot_len > kMaxRecordBytes)
-        return not_handled(start, "invalid record length %u", header.xl_tot_len);
+        return not_handled("invalid record length %u", header.xl_tot_len);
     if (first_part < SizeOfXLogRecord) {
         const Lsn next_page = page + kPage;
         const uint32 next_header = page_header_bytes(next_page);
         const uint32 rest = SizeOfXLogRecord - first_part;
         const unsigned char* q = page_bytes(next_page, next_header + rest, &status);
-        if (q == nullptr || !continues_record(q, next_page, header.xl_tot_len - first_part, start, &status))
+        if (q == nullptr || !continues_record(q, next_page, header.xl_tot_len - first_part, &status))
             return status;
         memcpy(reinterpret_cast<char*>(&header) + first_part, q + next_header, rest);
     }
     if (!RmgrIdIsValid(header.xl_rmid))
-        return not_handled(start, "invalid resource manager id %u", header.xl_rmid);
+        return not_handled("invalid resource manager id %u", header.xl_rmid);
     if (reader.prev_start != InvalidXLogRecPtr ? header.xl_prev != reader.prev_start : header.xl_prev >= start)
-        return not_handled(start, "its xl_prev %X/%X does not point to the record before it, at %X/%X",
+        return not_handled("its xl_prev %X/%X does not point to the record before it, at %X/%X",
                            PTRACK_LSN_ARGS(header.xl_prev), PTRACK_LSN_ARGS(reader.prev_start));
     const uint32 total = header.xl_tot_len;
     const Lsn end = raw_end(start, total);
     if (end > limit) {
         /* Not all flushed yet: read again once it is, unless a page it runs on, flushed already, does not continue it. */
-        if (!flushed_pages_continue(start, page, offset, total, &status))
+        if (!flushed_pages_continue(page, offset, total, &status))
             return status;
         return InplaceRead::kEnd;
     }
@@ -604,7 +605,7 @@ InplaceRead inplace_read(Lsn limit, WalRecordView* view)
             page += kPage;
             in_page = page_header_bytes(page);
             p = page_bytes(page, in_page + Min(total - done, kPage - in_page), &status);
-            if (p == nullptr || !continues_record(p, page, total - done, start, &status))
+            if (p == nullptr || !continues_record(p, page, total - done, &status))
                 return status;
         } else {
             p = page_bytes(page, in_page + Min(total - done, kPage - in_page), &status);
@@ -615,7 +616,7 @@ InplaceRead inplace_read(Lsn limit, WalRecordView* view)
         const uint32 in_header = done < SizeOfXLogRecord ? Min(n, static_cast<uint32>(SizeOfXLogRecord) - done) : 0;
         if (n > in_header) {
             const uint32 from = done + in_header - static_cast<uint32>(SizeOfXLogRecord);
-            status = body_piece(body, view, p + in_page + in_header, from, n - in_header, start);
+            status = body_piece(body, view, p + in_page + in_header, from, n - in_header);
             if (status != InplaceRead::kRecord)
                 return status;
         }
@@ -625,10 +626,9 @@ InplaceRead inplace_read(Lsn limit, WalRecordView* view)
     COMP_CRC32C(body.crc, &header, offsetof(XLogRecord, xl_crc));
     FIN_CRC32C(body.crc);
     if (!EQ_CRC32C(body.crc, header.xl_crc))
-        return not_handled(start, "incorrect resource manager data checksum");
+        return not_handled("incorrect resource manager data checksum");
     if (page + in_page != end)
-        return not_handled(start, "it ends at %X/%X, not at %X/%X", PTRACK_LSN_ARGS(page + in_page),
-                           PTRACK_LSN_ARGS(end));
+        return not_handled("it ends at %X/%X, not at %X/%X", PTRACK_LSN_ARGS(page + in_page), PTRACK_LSN_ARGS(end));
 
     view->start = start;
     view->end = MAXALIGN(end);
@@ -648,11 +648,6 @@ InplaceRead inplace_read(Lsn limit, WalRecordView* view)
 const char* inplace_why()
 {
     return reader.why;
-}
-
-Lsn inplace_stop_lsn()
-{
-    return reader.stop_lsn;
 }
 
 bool inplace_read_failed()

@@ -43,7 +43,7 @@ namespace ptrack::pg {
 enum class InplaceRead : uint8_t {
     kRecord,     /* a record was read into the view; the reader stands at its end */
     kEnd,        /* the next record does not end at or below the limit yet; nothing moved */
-    kNotHandled  /* the next record, at inplace_stop_lsn(), is not one this reader reads (inplace_why()) */
+    kNotHandled  /* the next record is not one this reader reads (inplace_why()); nothing moved */
 };
 
 /*
@@ -63,12 +63,12 @@ void inplace_begin(Lsn next, Lsn prev_start, TimeLineID tli, uint64 system_id, u
 InplaceRead inplace_read(Lsn limit, WalRecordView* view);
 
 /*
- * After kNotHandled: the reason (valid until the next call), the LSN of the
- * record not read, and whether that is because its segment file could not
- * be opened or read (not a record it does not expect).
+ * After kNotHandled: the reason (valid until the next call; it names the
+ * page where the fault lies in a page), and whether that is because a
+ * segment file could not be opened or read (not a record it does not
+ * expect).
  */
 const char* inplace_why();
-Lsn inplace_stop_lsn();
 bool inplace_read_failed();
 
 /* Closes the segment file and frees the buffers (also after an ERROR); inplace_begin() starts again. */
